@@ -1,0 +1,13 @@
+//! `autogpt-shim`: the local executor of the AutoGPT platform.
+//!
+//! The module tree follows a request through the daemon:
+//!
+//! * [`protocol`] — sans-IO wire codec: bytes in, typed messages out (and back),
+//!   version negotiation, close-code classification, backpressure arithmetic.
+//!   It never touches a socket, a file or a clock of its own.
+//!
+//! Nothing in this crate uses `unsafe`; where the operating system forces it,
+//! it is confined to one small `sys` module with a `SAFETY` comment per block.
+#![deny(unsafe_code)]
+
+pub mod protocol;

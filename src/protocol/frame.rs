@@ -1,0 +1,182 @@
+//! The envelope: decoding bytes into a [`Frame`] and encoding it back.
+//!
+//! Decoding applies every rule of PROTOCOL.md §2.3 in one pass over a
+//! strictly parsed value (see [`super::json`]); encoding writes the six
+//! envelope keys in the reference's order and enforces the outbound size cap
+//! of §1.4. Nothing here reads a clock: timestamps are the caller's.
+
+use serde::Serialize;
+use serde::ser::SerializeStruct;
+use serde_json::{Map, Value};
+
+use super::error::{DecodeError, EncodeError, Invalid};
+use super::json::{StrictJsonError, parse_strict};
+use super::payload::{ErrorPayload, Message};
+use super::types::{ErrorCode, MessageType};
+use super::version::{SHIM_MAX_VERSION, Version};
+use super::{MAX_WEBSOCKET_MESSAGE_BYTES, WIRE_VERSION};
+
+/// One protocol frame: the envelope fields and the typed message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// Correlation id; a response reuses the request's verbatim.
+    pub id: String,
+    /// Sender's Unix time in seconds. Informational only.
+    pub ts: f64,
+    /// Sender's wire version; `"1.1"` when the frame omitted it.
+    pub version: String,
+    /// Backpressure hint (shim → platform); ignored inbound.
+    pub pending_capacity: Option<i64>,
+    /// Type and payload.
+    pub message: Message,
+}
+
+impl Frame {
+    /// A frame as the shim sends it: version `"1.1"`, no capacity value.
+    pub fn new(id: impl Into<String>, ts: f64, message: Message) -> Self {
+        Self {
+            id: id.into(),
+            ts,
+            version: WIRE_VERSION.to_owned(),
+            pending_capacity: None,
+            message,
+        }
+    }
+
+    /// Sets `pending_capacity` (terminal responses and `STATUS`, §9.1).
+    pub fn with_capacity(mut self, capacity: u64) -> Self {
+        self.pending_capacity = Some(i64::try_from(capacity).unwrap_or(i64::MAX));
+        self
+    }
+
+    /// The message type.
+    pub fn message_type(&self) -> MessageType {
+        self.message.message_type()
+    }
+}
+
+impl Serialize for Frame {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Frame", 6)?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("ts", &self.ts)?;
+        st.serialize_field("version", &self.version)?;
+        st.serialize_field("pending_capacity", &self.pending_capacity)?;
+        st.serialize_field("type", self.message_type().as_str())?;
+        st.serialize_field("payload", &self.message)?;
+        st.end()
+    }
+}
+
+/// Decodes one inbound WebSocket message (PROTOCOL.md §2.3).
+///
+/// On failure the error says why and whether to answer (§2.4).
+pub fn decode(bytes: &[u8]) -> Result<Frame, DecodeError> {
+    if bytes.len() > MAX_WEBSOCKET_MESSAGE_BYTES {
+        return Err(DecodeError::dropped(Invalid::TooLarge { len: bytes.len() }));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| DecodeError::dropped(Invalid::NotUtf8))?;
+    let value = parse_strict(text).map_err(|e| {
+        DecodeError::dropped(match e {
+            StrictJsonError::TooDeep => Invalid::TooDeep,
+            StrictJsonError::DuplicateKey(k) => Invalid::DuplicateKey(k),
+            StrictJsonError::Syntax(s) => Invalid::Syntax(s),
+        })
+    })?;
+    let Value::Object(mut envelope) = value else {
+        return Err(DecodeError::dropped(Invalid::NotAnObject));
+    };
+
+    let kind = match envelope.remove("type") {
+        None => return Err(DecodeError::dropped(Invalid::MissingType)),
+        Some(Value::String(name)) => match MessageType::parse(&name) {
+            Some(kind) => kind,
+            None => return Err(DecodeError::dropped(Invalid::UnknownType(name))),
+        },
+        Some(_) => return Err(DecodeError::dropped(Invalid::TypeNotString)),
+    };
+    let id = match envelope.remove("id") {
+        None => return Err(DecodeError::dropped(Invalid::MissingId)),
+        Some(Value::String(id)) => id,
+        Some(_) => return Err(DecodeError::dropped(Invalid::IdNotString)),
+    };
+    // From here on the frame is identified: a request gets an ERROR reply.
+    decode_identified(kind, envelope)
+        .map(|(ts, version, pending_capacity, message)| Frame {
+            id: id.clone(),
+            ts,
+            version,
+            pending_capacity,
+            message,
+        })
+        .map_err(|invalid| DecodeError::identified(invalid, kind, &id))
+}
+
+type Decoded = (f64, String, Option<i64>, Message);
+
+fn decode_identified(
+    kind: MessageType,
+    mut envelope: Map<String, Value>,
+) -> Result<Decoded, Invalid> {
+    let version = match envelope.remove("version") {
+        None => WIRE_VERSION.to_owned(),
+        Some(Value::String(v)) => v,
+        Some(_) => return Err(Invalid::VersionNotString),
+    };
+    // A frame of another major is not ours to interpret at all (§2.4).
+    if Version::parse(&version).is_some_and(|v| !v.same_major(&SHIM_MAX_VERSION)) {
+        return Err(Invalid::WrongMajor { version });
+    }
+    let ts = match envelope.remove("ts") {
+        None => return Err(Invalid::MissingTs),
+        Some(Value::Number(n)) => n.as_f64().ok_or(Invalid::TsNotNumber)?,
+        Some(_) => return Err(Invalid::TsNotNumber),
+    };
+    let pending_capacity = match envelope.remove("pending_capacity") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(n.as_i64().ok_or(Invalid::PendingCapacityInvalid)?),
+        Some(_) => return Err(Invalid::PendingCapacityInvalid),
+    };
+    let payload = match envelope.remove("payload") {
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(Invalid::PayloadNotObject),
+        None if kind.payload_optional() => Map::new(),
+        None => return Err(Invalid::MissingPayload),
+    };
+    if let Some(key) = envelope.keys().next() {
+        return Err(Invalid::UnknownEnvelopeKey(key.clone()));
+    }
+    let message = Message::decode_payload(kind, payload).map_err(Invalid::Payload)?;
+    Ok((ts, version, pending_capacity, message))
+}
+
+/// Serializes a frame as compact JSON.
+pub fn encode(frame: &Frame) -> Result<Vec<u8>, EncodeError> {
+    if !frame.ts.is_finite() {
+        return Err(EncodeError::NonFiniteTs);
+    }
+    serde_json::to_vec(frame).map_err(|e| EncodeError::Json(e.to_string()))
+}
+
+/// Message of the `FILE_TOO_LARGE` substitute for an oversized response.
+pub const OVERSIZE_MESSAGE: &str =
+    "The local executor response exceeded the WebSocket message limit.";
+
+/// Serializes a response for sending, applying the outbound cap of
+/// PROTOCOL.md §1.4: a frame over 16 MiB is replaced by
+/// `ERROR FILE_TOO_LARGE` with the same `id`, `ts` and `pending_capacity`
+/// (the caller stamps the fresh capacity before calling).
+pub fn encode_response(frame: &Frame) -> Result<Vec<u8>, EncodeError> {
+    let bytes = encode(frame)?;
+    if bytes.len() <= MAX_WEBSOCKET_MESSAGE_BYTES {
+        return Ok(bytes);
+    }
+    let substitute = Frame {
+        id: frame.id.clone(),
+        ts: frame.ts,
+        version: WIRE_VERSION.to_owned(),
+        pending_capacity: frame.pending_capacity,
+        message: Message::Error(ErrorPayload::new(ErrorCode::FileTooLarge, OVERSIZE_MESSAGE)),
+    };
+    encode(&substitute)
+}
