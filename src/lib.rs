@@ -5,9 +5,15 @@
 //! * [`protocol`] — sans-IO wire codec: bytes in, typed messages out (and back),
 //!   version negotiation, close-code classification, backpressure arithmetic.
 //!   It never touches a socket, a file or a clock of its own.
+//! * [`config`] — the effective configuration (flags > `config.toml` >
+//!   environment > defaults), per-OS paths, platform facts, endpoint URLs.
+//! * [`cli`] — argument parsing and command dispatch for the binary.
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
 //! it is confined to one small `sys` module with a `SAFETY` comment per block.
 #![deny(unsafe_code)]
 
+pub mod cli;
+pub mod config;
+pub mod exit;
 pub mod protocol;

@@ -1,0 +1,152 @@
+//! The binary's frame: parse the arguments, print help, version and the
+//! warning banner, dispatch the command, and turn every failure into one
+//! stderr line and an exit code (CLI.md §1–§3).
+//!
+//! This module owns the mapping from error types to exit codes and is the
+//! only place that writes usage errors or configuration errors to stderr. It
+//! must never print a secret, and it never does a command's work itself: each
+//! command lives in its own module and is reached through [`dispatch`].
+
+mod args;
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+pub use args::{
+    Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals, session_id_value,
+};
+
+use crate::config::{self, Config, ConfigError, Overrides};
+use crate::exit;
+
+/// The program name used in messages.
+const PROGRAM: &str = "autogpt-shim";
+
+/// The version printed by `--version` and sent as `shim_version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The process entry point: real arguments, real stdout and stderr.
+pub fn main() -> ExitCode {
+    let stdout = io::stdout();
+    let stderr = io::stderr();
+    let code = run(
+        std::env::args_os().skip(1),
+        &mut stdout.lock(),
+        &mut stderr.lock(),
+    );
+    ExitCode::from(code)
+}
+
+/// Runs the command line `args` (without the program name) and returns the
+/// exit code. Output goes to the given streams, so the whole frame is
+/// testable in-process.
+pub fn run<I>(args: I, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8
+where
+    I: IntoIterator<Item = OsString>,
+{
+    match parse(args) {
+        Ok(Parsed::Help) => {
+            // A closed stdout (`--help | head -0`) is not worth a failure.
+            let _ = stdout.write_all(help_text().as_bytes());
+            exit::SUCCESS
+        }
+        Ok(Parsed::Version) => {
+            let _ = writeln!(stdout, "{PROGRAM} {VERSION}");
+            exit::SUCCESS
+        }
+        Ok(Parsed::Run(invocation)) => {
+            print_banner(stderr);
+            dispatch(invocation, stdout, stderr)
+        }
+        Err(error) => usage_error(&error, stderr),
+    }
+}
+
+/// Runs a parsed command. One arm per command.
+fn dispatch(invocation: Invocation, _stdout: &mut dyn Write, _stderr: &mut dyn Write) -> u8 {
+    match invocation.command {}
+}
+
+/// Loads the configuration for a command: warnings are printed on stderr,
+/// and an invalid configuration is reported there as one line and becomes
+/// exit 78 (`EX_CONFIG`). The only place that maps [`ConfigError`] to an
+/// exit code.
+pub fn load_config(overrides: &Overrides, stderr: &mut dyn Write) -> Result<Config, u8> {
+    match config::load_from_process(overrides) {
+        Ok(loaded) => {
+            for warning in &loaded.warnings {
+                let _ = writeln!(stderr, "{PROGRAM}: {warning}");
+            }
+            Ok(loaded.config)
+        }
+        Err(error) => Err(config_error(&error, stderr)),
+    }
+}
+
+/// Reports an invalid configuration and returns its exit code.
+pub fn config_error(error: &ConfigError, stderr: &mut dyn Write) -> u8 {
+    let _ = writeln!(stderr, "{PROGRAM}: configuration error: {error}");
+    exit::EX_CONFIG
+}
+
+/// Reports a usage error and returns its exit code.
+pub fn usage_error(error: &UsageError, stderr: &mut dyn Write) -> u8 {
+    let _ = writeln!(stderr, "{PROGRAM}: {error}");
+    let _ = writeln!(stderr, "{USAGE_LINE}");
+    let _ = writeln!(stderr, "Try '{PROGRAM} --help' for more information.");
+    exit::USAGE
+}
+
+const USAGE_LINE: &str = "Usage: autogpt-shim [GLOBAL OPTIONS] <COMMAND> [COMMAND OPTIONS] [ARGS]";
+
+/// The commands of this build with a one-line summary each, for `--help`.
+/// Every command adds its line here when it arrives.
+const COMMANDS: &[(&str, &str)] = &[];
+
+/// The `--help` text (stdout).
+pub fn help_text() -> String {
+    let mut text = format!(
+        "{PROGRAM} {VERSION}: local executor for the AutoGPT platform\n\
+         \n\
+         {USAGE_LINE}\n\
+         \n\
+         Global options (before the command):\n\
+         \x20 --allowed-root PATH       workspace root for a legacy direct session\n\
+         \x20 --config PATH             config file instead of the per-OS default\n\
+         \x20 --platform-url URL        platform base URL\n\
+         \x20 --session-id ID           legacy direct session instead of control mode\n\
+         \x20 --ca-file PATH            extra PEM trust anchors for TLS\n\
+         \x20 --tls-pin-sha256 HEX,...  pin the server's SPKI SHA-256 digest(s)\n\
+         \x20 --log-level LEVEL         DEBUG, INFO (default), WARNING, ERROR or CRITICAL\n\
+         \x20 -h, --help                show this help and exit\n\
+         \x20 --version                 show the version and exit\n\
+         \n\
+         Options take their value as the next argument or as --option=value.\n\
+         \n\
+         Commands:\n"
+    );
+    if COMMANDS.is_empty() {
+        text.push_str("  (none in this build)\n");
+    }
+    for (name, summary) in COMMANDS {
+        text.push_str(&format!("  {name:<12}{summary}\n"));
+    }
+    text.push_str(
+        "\nSettings come from flags, then config.toml, then AUTOGPT_SHIM_* environment\n\
+         variables, then built-in defaults. Read SECURITY.md before use.\n",
+    );
+    text
+}
+
+/// The warning banner of CLI.md §2, printed on stderr before any command.
+pub const BANNER: &str = "\
+WARNING: autogpt-shim is experimental software.
+WARNING: While it runs, the AutoGPT platform can reach files on this machine and any capability you enable.
+WARNING: With shell access enabled, commands run with all the rights of your user account, outside any folder restriction.
+WARNING: Read SECURITY.md before using it.
+";
+
+fn print_banner(stderr: &mut dyn Write) {
+    let _ = stderr.write_all(BANNER.as_bytes());
+}

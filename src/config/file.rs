@@ -1,0 +1,106 @@
+//! Reading `config.toml` (CLI.md §5.1): a flat TOML table whose top-level keys
+//! are configuration keys.
+//!
+//! This module only reads and parses; it never writes the file, never prints
+//! (unknown keys come back as warnings), and never interprets values (types
+//! and constraints are checked when the key is looked up).
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::error::{ConfigError, ConfigWarning};
+use super::layers::key_named;
+
+/// Far larger than any sensible configuration; bounds memory on a mistaken
+/// `--config /dev/zero`.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The parsed file: its path and the known keys it sets.
+pub(crate) type FileLayer = (PathBuf, BTreeMap<String, Value>);
+
+/// Reads and parses the configuration file at `path`.
+///
+/// A missing file is not an error: `Ok(None)`, plus a warning when the user
+/// named the file explicitly. Unknown keys are dropped with a warning each.
+pub(crate) fn read(
+    path: &Path,
+    explicit: bool,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<Option<FileLayer>, ConfigError> {
+    let read_error = |reason: String| ConfigError::ReadFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = match open_regular_file(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if explicit {
+                warnings.push(ConfigWarning::ConfigFileMissing {
+                    path: path.to_path_buf(),
+                });
+            }
+            return Ok(None);
+        }
+        Err(e) => return Err(read_error(e.to_string())),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| read_error(e.to_string()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(read_error(format!("larger than {MAX_FILE_BYTES} bytes")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| read_error("not valid UTF-8".into()))?;
+    let table = parse(&text).map_err(|message| ConfigError::Syntax {
+        path: path.to_path_buf(),
+        message,
+    })?;
+
+    let mut known = BTreeMap::new();
+    for (key, value) in table {
+        if key_named(&key).is_some() {
+            known.insert(key, value);
+        } else {
+            warnings.push(ConfigWarning::UnknownFileKey {
+                key,
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(Some((path.to_path_buf(), known)))
+}
+
+/// Opens `path` for reading only if it is a regular file (following
+/// symlinks). Opening does not block on a FIFO, and a FIFO or device is
+/// refused instead of read: a configuration or id file is never a stream.
+pub(crate) fn open_regular_file(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // The flag's bit pattern always fits the C int that open(2) takes.
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Parses TOML text into its top-level table. The error is one line.
+pub(crate) fn parse(text: &str) -> Result<BTreeMap<String, Value>, String> {
+    basic_toml::from_str(text).map_err(|e| one_line(&e.to_string()))
+}
+
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

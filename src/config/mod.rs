@@ -1,0 +1,598 @@
+//! The effective configuration (CLI.md §5): every key of §5.2 typed and
+//! validated, plus what derives from it — mode, endpoints, per-OS paths,
+//! platform facts, machine id.
+//!
+//! Sources, highest precedence first: command-line flags ([`Overrides`]),
+//! `config.toml`, `AUTOGPT_SHIM_*` environment variables, built-in defaults.
+//! The environment, working directory and host facts are injected through a
+//! [`Context`], so loading is hermetic under test.
+//!
+//! This module must never hold a secret (tokens, keys and passphrases belong
+//! to the secret store), never print (warnings are returned as data), never
+//! create directories or files except the machine-id fallback file of
+//! PROTOCOL.md §4.2.1, and never hand out a half-validated config: a built
+//! [`Config`] is immutable and every value in it has passed its constraint.
+
+mod env;
+mod error;
+mod file;
+mod layers;
+mod machine_id;
+mod paths;
+mod platform;
+mod urls;
+
+use std::fmt;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+pub use env::Environment;
+pub use error::{ConfigError, ConfigWarning, Source};
+pub use layers::Overrides;
+pub use machine_id::{
+    MachineIdSources, detect as detect_machine_id, format_linux_machine_id, linux_machine_id,
+    new_uuid_v4, parse_ioreg_output, parse_reg_query_output,
+};
+pub use paths::{APP_DIR, OsPaths};
+pub use platform::{Arch, Host, Platform, linux_flavour, normalize_arch};
+pub use urls::{
+    Endpoints, OAUTH_SCHEMES, PLATFORM_SCHEMES, UrlParts, UrlProblem, WS_SCHEMES,
+    check_platform_url, http_ify, is_loopback_host, pct_encode, split_url, ws_ify,
+};
+
+use layers::{Layers, Setting};
+use paths::PathProblem;
+
+/// Default `platform_url`.
+pub const DEFAULT_PLATFORM_URL: &str = "wss://platform.autogpt.net";
+/// Default `oauth_client_id`.
+pub const DEFAULT_OAUTH_CLIENT_ID: &str = "autogpt-local-executor";
+/// The first callback port the platform registration accepts; the range is
+/// this port and the eleven after it (AUTH.md §12).
+pub const REGISTERED_REDIRECT_PORT: u16 = 41899;
+/// How many consecutive callback ports are tried.
+pub const REDIRECT_PORT_COUNT: u16 = 12;
+/// Upper bound for the reconnect delays: anything longer than a day is a
+/// typo, and bounded values convert to `Duration` without overflow.
+pub const MAX_RECONNECT_SECONDS: f64 = 86_400.0;
+/// Longest `display_name`, in chars.
+pub const MAX_DISPLAY_NAME_CHARS: usize = 128;
+
+/// The effective configuration. Cheap to clone (one reference count);
+/// immutable once built. Fields are read through `Deref` to [`Settings`].
+#[derive(Clone, Debug)]
+pub struct Config(Arc<Settings>);
+
+impl Deref for Config {
+    type Target = Settings;
+
+    fn deref(&self) -> &Settings {
+        &self.0
+    }
+}
+
+/// Every configuration key (CLI.md §5.2) in its typed, validated form, plus
+/// the derived values. Paths are absolute (`~` expanded, relative paths
+/// resolved once against the working directory) but not canonicalised.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Settings {
+    /// The file that was consulted (it may not exist).
+    pub config_file: PathBuf,
+    /// `--log-level` (not a configuration key); `INFO` by default.
+    pub log_level: LogLevel,
+
+    /// `platform_url`: `https`, `wss`, `http` or `ws`; plain text only to
+    /// loopback.
+    pub platform_url: String,
+    /// `platform_ws_url`: WebSocket base override (`wss`/`ws`).
+    pub platform_ws_url: Option<String>,
+    /// `platform_oauth_url`: authorize base override (`https`/`http`).
+    pub platform_oauth_url: Option<String>,
+    /// `oauth_client_id`; non-empty.
+    pub oauth_client_id: String,
+    /// `oauth_redirect_port`: first of 12 callback ports, 1024–65524.
+    pub oauth_redirect_port: u16,
+    /// `session_id` as the mode it selects.
+    pub mode: Mode,
+    /// `machine_id` when configured (used verbatim); see [`Config::machine_id`].
+    pub configured_machine_id: Option<String>,
+    /// `display_name`: 1–128 chars; the host name by default.
+    pub display_name: String,
+    /// `allowed_root`: the legacy-mode jail root (CLI.md §8 checks it later).
+    pub allowed_root: PathBuf,
+    /// `audit_log_path`: the current audit log file.
+    pub audit_log_path: PathBuf,
+    /// `enable_shell`.
+    pub enable_shell: bool,
+    /// `enable_computer_use`.
+    pub enable_computer_use: bool,
+    /// `enable_local_llm`.
+    pub enable_local_llm: bool,
+    /// `enable_hardware`.
+    pub enable_hardware: bool,
+    /// `max_concurrent` (> 0): local ceiling of concurrent requests.
+    pub max_concurrent: u32,
+    /// `max_concurrent_commands` (> 0).
+    pub max_concurrent_commands: u32,
+    /// `command_timeout_seconds` (> 0): local ceiling.
+    pub command_timeout_seconds: u64,
+    /// `max_file_size_bytes` (> 0): local ceiling.
+    pub max_file_size_bytes: u64,
+    /// `max_commands_per_minute` (> 0).
+    pub max_commands_per_minute: u32,
+    /// `reconnect_base_delay`, seconds (finite, 0–86400).
+    pub reconnect_base_delay: f64,
+    /// `reconnect_max_delay`, seconds (finite, 0–86400).
+    pub reconnect_max_delay: f64,
+    /// `reconnect_jitter_seconds` (finite, 0–86400).
+    pub reconnect_jitter_seconds: f64,
+    /// `ollama_url` (`http`/`https`), trailing `/` removed.
+    pub ollama_url: String,
+    /// `max_screenshots_per_minute` (> 0).
+    pub max_screenshots_per_minute: u32,
+    /// `enable_clipboard`.
+    pub enable_clipboard: bool,
+    /// `enable_clipboard_read_foreign`.
+    pub enable_clipboard_read_foreign: bool,
+    /// `enable_recording`: design preview; `start` refuses to run with it.
+    pub enable_recording: bool,
+    /// `recording_buffer_dir`; `<audit log dir>/recordings` by default.
+    pub recording_buffer_dir: PathBuf,
+    /// `recording_default_interpretation_route`.
+    pub recording_default_interpretation_route: String,
+    /// `recording_channels`.
+    pub recording_channels: Vec<String>,
+    /// `recording_retention_limit` (≥ 1).
+    pub recording_retention_limit: u32,
+    /// `jail_no_xdev` (JAIL.md §6.11).
+    pub jail_no_xdev: bool,
+    /// `refuse_multilink_reads` (JAIL.md §6.11).
+    pub refuse_multilink_reads: bool,
+    /// `tls_ca_file`: extra PEM trust anchors (PROTOCOL.md §1.2a). Its
+    /// content is checked by the TLS layer when it loads it.
+    pub tls_ca_file: Option<PathBuf>,
+    /// `tls_pin_sha256`: SPKI SHA-256 pins; empty when unset.
+    pub tls_pin_sha256: Vec<[u8; 32]>,
+
+    /// The derived endpoint URLs.
+    pub endpoints: Endpoints,
+    /// The per-OS locations.
+    pub paths: OsPaths,
+    /// What the OS says about this machine.
+    pub host: Host,
+
+    detected_machine_id: OnceLock<String>,
+}
+
+impl Config {
+    /// The session id in legacy mode; `None` in control mode.
+    pub fn session_id(&self) -> Option<&str> {
+        match &self.mode {
+            Mode::Control => None,
+            Mode::Legacy { session_id } => Some(session_id),
+        }
+    }
+
+    /// Whether `allowed_root` is the per-OS default, the only root `start`
+    /// may create (CLI.md §8 step 2).
+    pub fn allowed_root_is_default(&self) -> bool {
+        self.allowed_root == self.paths.default_allowed_root
+    }
+
+    /// The machine id (PROTOCOL.md §4.2.1): the configured value verbatim,
+    /// else detected once (cached for every clone of this config). Detection
+    /// may create `~/.autogpt-local-executor-machine-id`.
+    pub fn machine_id(&self) -> Result<&str, ConfigError> {
+        if let Some(id) = &self.configured_machine_id {
+            return Ok(id);
+        }
+        if let Some(id) = self.detected_machine_id.get() {
+            return Ok(id);
+        }
+        let sources = MachineIdSources::system(self.paths.machine_id_file(), &self.host.hostname);
+        let id = machine_id::detect(&sources)?;
+        Ok(self.detected_machine_id.get_or_init(|| id))
+    }
+}
+
+/// How the daemon runs (CLI.md §4.2, CONTROL.md §1/§16).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Persistent control mode: no session id configured.
+    Control,
+    /// Legacy direct session: one data connection for this session.
+    Legacy {
+        /// Trimmed; matches `^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$`.
+        session_id: String,
+    },
+}
+
+/// The `--log-level` values (CLI.md §1.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// `DEBUG`.
+    Debug,
+    /// `INFO`, the default.
+    #[default]
+    Info,
+    /// `WARNING` (alias `WARN`).
+    Warning,
+    /// `ERROR`.
+    Error,
+    /// `CRITICAL`.
+    Critical,
+}
+
+impl LogLevel {
+    /// Parses a level name, case-insensitively.
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        match name.to_ascii_uppercase().as_str() {
+            "DEBUG" => Some(LogLevel::Debug),
+            "INFO" => Some(LogLevel::Info),
+            "WARNING" | "WARN" => Some(LogLevel::Warning),
+            "ERROR" => Some(LogLevel::Error),
+            "CRITICAL" => Some(LogLevel::Critical),
+            _ => None,
+        }
+    }
+
+    /// The canonical upper-case name, as printed in log lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "DEBUG",
+            LogLevel::Info => "INFO",
+            LogLevel::Warning => "WARNING",
+            LogLevel::Error => "ERROR",
+            LogLevel::Critical => "CRITICAL",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether `id` matches the `SESSION_ID` format of PROTOCOL.md §2.2:
+/// `^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$` against the whole value.
+pub fn is_valid_session_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    match bytes.split_first() {
+        Some((first, rest)) => {
+            first.is_ascii_alphanumeric()
+                && rest.len() <= 255
+                && rest
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        }
+        None => false,
+    }
+}
+
+/// Parses `tls_pin_sha256`: comma-separated SHA-256 digests, each exactly 64
+/// lower-case hex digits (surrounding spaces tolerated).
+pub fn parse_pins(text: &str) -> Result<Vec<[u8; 32]>, &'static str> {
+    text.split(',')
+        .map(|item| {
+            let item = item.trim();
+            if item.len() != 64 || !item.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return Err("each pin must be exactly 64 lower-case hex digits (comma-separated)");
+            }
+            let mut pin = [0u8; 32];
+            for (byte, pair) in pin.iter_mut().zip(item.as_bytes().chunks_exact(2)) {
+                *byte = (hex_value(pair[0]) << 4) | hex_value(pair[1]);
+            }
+            Ok(pin)
+        })
+        .collect()
+}
+
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => 0,
+    }
+}
+
+/// What loading needs from the outside world.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The environment variables.
+    pub env: Environment,
+    /// The working directory, for relative paths; `None` if unknown.
+    pub cwd: Option<PathBuf>,
+    /// The host facts.
+    pub host: Host,
+}
+
+impl Context {
+    /// The real process environment, working directory and host.
+    pub fn from_process() -> Context {
+        Context {
+            env: Environment::from_process(),
+            cwd: std::env::current_dir().ok(),
+            host: Host::detect(),
+        }
+    }
+}
+
+/// A loaded configuration and the warnings for the caller to print.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// One line each, meant for stderr.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Loads the configuration from the real process environment.
+pub fn load_from_process(overrides: &Overrides) -> Result<Loaded, ConfigError> {
+    load(overrides, &Context::from_process())
+}
+
+/// Loads and validates the configuration: flags > file > environment >
+/// defaults (CLI.md §5.3).
+pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError> {
+    let mut warnings = Vec::new();
+    let paths = OsPaths::from_env(&ctx.env)?;
+    let resolve = |key: &'static str, setting: &Setting<PathBuf>| {
+        absolute_path(key, setting, &paths.home, ctx.cwd.as_deref())
+    };
+
+    let config_file = match &overrides.config_path {
+        Some(path) => resolve(
+            "config file",
+            &Setting {
+                value: path.clone(),
+                source: Source::Flag("--config"),
+            },
+        )?,
+        None => paths.default_config_file.clone(),
+    };
+    let file_layer = file::read(&config_file, overrides.config_path.is_some(), &mut warnings)?;
+    let env_layer = env::config_variables(&ctx.env, &mut warnings)?;
+    let layers = Layers::new(overrides, file_layer, env_layer)?;
+
+    let platform_url = layers.string("platform_url", DEFAULT_PLATFORM_URL)?;
+    check_platform_url(&platform_url.value, PLATFORM_SCHEMES)
+        .map_err(|problem| invalid("platform_url", &platform_url, problem))?;
+    let platform_ws_url = optional_url(&layers, "platform_ws_url", WS_SCHEMES)?;
+    let platform_oauth_url = optional_url(&layers, "platform_oauth_url", OAUTH_SCHEMES)?;
+
+    let oauth_client_id = layers.string("oauth_client_id", DEFAULT_OAUTH_CLIENT_ID)?;
+    if oauth_client_id.value.is_empty() {
+        return Err(invalid(
+            "oauth_client_id",
+            &oauth_client_id,
+            "must not be empty",
+        ));
+    }
+    let oauth_redirect_port = redirect_port(&layers, &mut warnings)?;
+    let mode = mode(&layers)?;
+    let configured_machine_id = layers.optional_string("machine_id")?.value;
+
+    let display_name = layers.string("display_name", &default_display_name(&ctx.host.hostname))?;
+    let chars = display_name.value.chars().count();
+    if chars == 0 || chars > MAX_DISPLAY_NAME_CHARS {
+        return Err(invalid(
+            "display_name",
+            &display_name,
+            "must be 1 to 128 characters long",
+        ));
+    }
+
+    let allowed_root = match layers.path("allowed_root")? {
+        Some(setting) => resolve("allowed_root", &setting)?,
+        None => paths.default_allowed_root.clone(),
+    };
+    let audit_log_path = match layers.path("audit_log_path")? {
+        Some(setting) => {
+            let path = resolve("audit_log_path", &setting)?;
+            if path.file_name().is_none() {
+                return Err(invalid("audit_log_path", &setting, "must name a file"));
+            }
+            path
+        }
+        None => paths.default_audit_log.clone(),
+    };
+    let recording_buffer_dir = match layers.path("recording_buffer_dir")? {
+        Some(setting) => resolve("recording_buffer_dir", &setting)?,
+        None => audit_log_path
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join("recordings"),
+    };
+    let tls_ca_file = match layers.path("tls_ca_file")? {
+        Some(setting) if setting.value.as_os_str().is_empty() => None,
+        Some(setting) => Some(resolve("tls_ca_file", &setting)?),
+        None => None,
+    };
+    let pins = layers.optional_string("tls_pin_sha256")?;
+    let tls_pin_sha256 = match &pins.value {
+        Some(text) => {
+            parse_pins(text).map_err(|reason| invalid("tls_pin_sha256", &pins, reason))?
+        }
+        None => Vec::new(),
+    };
+
+    let ollama_url = layers.string("ollama_url", "http://localhost:11434")?;
+    split_url(&ollama_url.value, OAUTH_SCHEMES)
+        .map_err(|problem| invalid("ollama_url", &ollama_url, problem))?;
+
+    let endpoints = Endpoints::derive(
+        &platform_url.value,
+        platform_oauth_url.as_deref(),
+        platform_ws_url.as_deref(),
+    );
+
+    let settings = Settings {
+        config_file,
+        log_level: overrides.log_level.unwrap_or_default(),
+        platform_url: platform_url.value,
+        platform_ws_url,
+        platform_oauth_url,
+        oauth_client_id: oauth_client_id.value,
+        oauth_redirect_port,
+        mode,
+        configured_machine_id,
+        display_name: display_name.value,
+        allowed_root,
+        audit_log_path,
+        enable_shell: layers.bool("enable_shell", false)?.value,
+        enable_computer_use: layers.bool("enable_computer_use", false)?.value,
+        enable_local_llm: layers.bool("enable_local_llm", false)?.value,
+        enable_hardware: layers.bool("enable_hardware", false)?.value,
+        max_concurrent: positive(&layers, "max_concurrent", 4)?,
+        max_concurrent_commands: positive(&layers, "max_concurrent_commands", 10)?,
+        command_timeout_seconds: positive(&layers, "command_timeout_seconds", 30)?,
+        max_file_size_bytes: positive(&layers, "max_file_size_bytes", 10 * 1024 * 1024)?,
+        max_commands_per_minute: positive(&layers, "max_commands_per_minute", 60)?,
+        reconnect_base_delay: seconds(&layers, "reconnect_base_delay", 1.0)?,
+        reconnect_max_delay: seconds(&layers, "reconnect_max_delay", 60.0)?,
+        reconnect_jitter_seconds: seconds(&layers, "reconnect_jitter_seconds", 5.0)?,
+        ollama_url: ollama_url.value.trim_end_matches('/').to_owned(),
+        max_screenshots_per_minute: positive(&layers, "max_screenshots_per_minute", 10)?,
+        enable_clipboard: layers.bool("enable_clipboard", false)?.value,
+        enable_clipboard_read_foreign: layers.bool("enable_clipboard_read_foreign", false)?.value,
+        enable_recording: layers.bool("enable_recording", false)?.value,
+        recording_buffer_dir,
+        recording_default_interpretation_route: layers
+            .string(
+                "recording_default_interpretation_route",
+                "extract_then_cloud",
+            )?
+            .value,
+        recording_channels: layers.list("recording_channels", &["floor"])?.value,
+        recording_retention_limit: positive(&layers, "recording_retention_limit", 10)?,
+        jail_no_xdev: layers.bool("jail_no_xdev", false)?.value,
+        refuse_multilink_reads: layers.bool("refuse_multilink_reads", false)?.value,
+        tls_ca_file,
+        tls_pin_sha256,
+        endpoints,
+        paths,
+        host: ctx.host.clone(),
+        detected_machine_id: OnceLock::new(),
+    };
+    Ok(Loaded {
+        config: Config(Arc::new(settings)),
+        warnings,
+    })
+}
+
+fn invalid<T>(key: &'static str, setting: &Setting<T>, reason: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        source: setting.source.clone(),
+        reason: reason.to_string(),
+    }
+}
+
+fn absolute_path(
+    key: &'static str,
+    setting: &Setting<PathBuf>,
+    home: &Path,
+    cwd: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
+    paths::absolute(&setting.value, home, cwd).map_err(|problem| match problem {
+        PathProblem::Empty => invalid(key, setting, "must not be empty"),
+        PathProblem::OtherUsersHome => invalid(
+            key,
+            setting,
+            "only a leading ~ or ~/ (your own home) can be expanded",
+        ),
+        PathProblem::NoWorkingDirectory => ConfigError::NoWorkingDirectory { key },
+    })
+}
+
+fn optional_url(
+    layers: &Layers,
+    key: &'static str,
+    schemes: &'static [&'static str],
+) -> Result<Option<String>, ConfigError> {
+    let setting = layers.optional_string(key)?;
+    if let Some(url) = &setting.value {
+        check_platform_url(url, schemes).map_err(|problem| invalid(key, &setting, problem))?;
+    }
+    Ok(setting.value)
+}
+
+fn redirect_port(layers: &Layers, warnings: &mut Vec<ConfigWarning>) -> Result<u16, ConfigError> {
+    const LAST_FIRST_PORT: u16 = u16::MAX - (REDIRECT_PORT_COUNT - 1);
+    let setting = layers.int("oauth_redirect_port", i64::from(REGISTERED_REDIRECT_PORT))?;
+    let port = u16::try_from(setting.value)
+        .ok()
+        .filter(|p| (1024..=LAST_FIRST_PORT).contains(p))
+        .ok_or_else(|| {
+            invalid(
+                "oauth_redirect_port",
+                &setting,
+                "must be between 1024 and 65524",
+            )
+        })?;
+    if port != REGISTERED_REDIRECT_PORT {
+        warnings.push(ConfigWarning::RedirectPortUnregistered { port });
+    }
+    Ok(port)
+}
+
+fn mode(layers: &Layers) -> Result<Mode, ConfigError> {
+    let setting = layers.optional_string("session_id")?;
+    let Some(raw) = &setting.value else {
+        return Ok(Mode::Control);
+    };
+    let session_id = machine_id::py_strip(raw);
+    if session_id.is_empty() {
+        return Ok(Mode::Control);
+    }
+    if !is_valid_session_id(session_id) {
+        return Err(invalid(
+            "session_id",
+            &setting,
+            "must be 1 to 256 characters from A-Z a-z 0-9 . _ : - and start with a letter or digit",
+        ));
+    }
+    Ok(Mode::Legacy {
+        session_id: session_id.to_owned(),
+    })
+}
+
+/// The host name, cut to the display-name limit; a placeholder when the OS
+/// reports none, so the default always satisfies the constraint.
+fn default_display_name(hostname: &str) -> String {
+    let name: String = hostname.chars().take(MAX_DISPLAY_NAME_CHARS).collect();
+    if name.is_empty() {
+        "localhost".to_owned()
+    } else {
+        name
+    }
+}
+
+/// An integer key that must be > 0 and fit `T`.
+fn positive<T: TryFrom<i64>>(
+    layers: &Layers,
+    key: &'static str,
+    default: i64,
+) -> Result<T, ConfigError> {
+    let setting = layers.int(key, default)?;
+    if setting.value <= 0 {
+        return Err(invalid(key, &setting, "must be greater than 0"));
+    }
+    T::try_from(setting.value).map_err(|_| invalid(key, &setting, "is too large"))
+}
+
+/// A delay in seconds: finite, 0 to [`MAX_RECONNECT_SECONDS`].
+fn seconds(layers: &Layers, key: &'static str, default: f64) -> Result<f64, ConfigError> {
+    let setting = layers.float(key, default)?;
+    if !setting.value.is_finite() || !(0.0..=MAX_RECONNECT_SECONDS).contains(&setting.value) {
+        return Err(invalid(
+            key,
+            &setting,
+            "must be a number of seconds from 0 to 86400",
+        ));
+    }
+    Ok(setting.value)
+}

@@ -1,0 +1,73 @@
+//! The real `autogpt-shim` binary: help, version and usage errors, with their
+//! streams and exit codes (CLI.md §1–§3).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+fn shim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_autogpt-shim"))
+        .args(args)
+        .env_clear()
+        .output()
+        .expect("binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn help_prints_usage_on_stdout_and_exits_0() {
+    for flag in ["--help", "-h"] {
+        let out = shim(&[flag]);
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        assert!(text(&out.stdout).contains("Usage: autogpt-shim"));
+        assert!(out.stderr.is_empty(), "no banner for {flag}");
+    }
+}
+
+#[test]
+fn version_prints_name_and_version_and_exits_0() {
+    let out = shim(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        format!("autogpt-shim {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(out.stderr.is_empty());
+}
+
+#[test]
+fn unknown_option_exits_2_with_a_message_on_stderr() {
+    let out = shim(&["--no-such-option", "start"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("autogpt-shim: unknown option '--no-such-option'\n"),
+        "{err}"
+    );
+    assert!(err.contains("--help"));
+}
+
+#[test]
+fn unknown_command_exits_2_with_a_message_on_stderr() {
+    let out = shim(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).starts_with("autogpt-shim: unknown command 'frobnicate'\n"));
+}
+
+#[test]
+fn missing_command_exits_2() {
+    let out = shim(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("missing command"));
+}
+
+#[test]
+fn missing_option_value_exits_2() {
+    let out = shim(&["--config"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--config needs a value"));
+}
