@@ -1,0 +1,269 @@
+//! Layer 2 of the jail: the Python-compatible non-strict `realpath`
+//! (JAIL.md §3.5, §6.3).
+//!
+//! This layer only decides. It looks at the filesystem by path (`lstat`,
+//! `readlink`), which is racy by nature, and therefore it must never be used
+//! to open, create or change anything: enforcement re-walks the resulting
+//! remainder beneath the pinned root fd (see `enforce`), where a swapped
+//! component fails closed.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+
+/// Most symlink expansions in one resolution; the 41st counts as a loop.
+pub const MAX_SYMLINK_EXPANSIONS: usize = 40;
+
+/// A resolved absolute path, as components below `/`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// Components of the physical path (no `.`, no `..`, none empty).
+    pub components: Vec<OsString>,
+    /// A symlink loop (or more than 40 expansions) stopped resolution; the
+    /// looping link and what followed it are kept unresolved.
+    pub looped: bool,
+}
+
+impl Resolved {
+    /// The path as bytes, `/`-joined.
+    pub fn to_path_bytes(&self) -> Vec<u8> {
+        join_components(&self.components)
+    }
+}
+
+/// `/`-joins components into an absolute path (`/` for none).
+pub fn join_components(components: &[OsString]) -> Vec<u8> {
+    if components.is_empty() {
+        return b"/".to_vec();
+    }
+    let mut out = Vec::new();
+    for c in components {
+        out.push(b'/');
+        out.extend_from_slice(c.as_bytes());
+    }
+    out
+}
+
+enum Step {
+    /// One component of a path still to be walked.
+    Name(OsString),
+    /// Every component of `link`'s target has been walked: remember where
+    /// the link led.
+    Resolved { link: Vec<u8> },
+}
+
+/// How the decision layer observes the filesystem; a trait so tests can
+/// exercise the algorithm against an in-memory tree as well as the real one.
+pub trait LinkReader {
+    /// `readlink` of an absolute path when it is a symlink; `None` when it is
+    /// not a symlink or `lstat` fails for any reason.
+    fn read_link(&self, path: &[u8]) -> Option<Vec<u8>>;
+}
+
+/// The real filesystem.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filesystem;
+
+impl LinkReader for Filesystem {
+    fn read_link(&self, path: &[u8]) -> Option<Vec<u8>> {
+        let path = Path::new(OsStr::from_bytes(path));
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.file_type().is_symlink() {
+            return None;
+        }
+        std::fs::read_link(path)
+            .ok()
+            .map(|t| t.into_os_string().into_vec())
+    }
+}
+
+fn split(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+}
+
+/// Resolves an absolute path with the semantics of JAIL.md §3.5: missing
+/// components are kept, dangling links are followed, `..` applies to the
+/// physical path walked so far, loops stop resolution.
+pub fn resolve(path: &[u8], fs: &dyn LinkReader) -> Resolved {
+    let mut work: Vec<OsString> = Vec::new();
+    let mut pending: Vec<Step> = split(path)
+        .rev()
+        .map(|c| Step::Name(OsString::from_vec(c.to_vec())))
+        .collect();
+    // link path -> where it led (None while its target is being walked).
+    let mut seen: HashMap<Vec<u8>, Option<Vec<OsString>>> = HashMap::new();
+    let mut expansions = 0usize;
+
+    while let Some(step) = pending.pop() {
+        let name = match step {
+            Step::Resolved { link } => {
+                seen.insert(link, Some(work.clone()));
+                continue;
+            }
+            Step::Name(name) => name,
+        };
+        if name.as_bytes() == b".." {
+            work.pop();
+            continue;
+        }
+        let mut candidate = work.clone();
+        candidate.push(name);
+        let candidate_path = join_components(&candidate);
+        match seen.get(&candidate_path) {
+            Some(Some(target)) => {
+                work = target.clone();
+                continue;
+            }
+            Some(None) => return looped(candidate, pending),
+            None => {}
+        }
+        let Some(target) = fs.read_link(&candidate_path) else {
+            work = candidate;
+            continue;
+        };
+        expansions += 1;
+        if expansions > MAX_SYMLINK_EXPANSIONS {
+            return looped(candidate, pending);
+        }
+        seen.insert(candidate_path.clone(), None);
+        if target.first() == Some(&b'/') {
+            work.clear();
+        }
+        pending.push(Step::Resolved {
+            link: candidate_path,
+        });
+        pending.extend(
+            split(&target)
+                .rev()
+                .map(|c| Step::Name(OsString::from_vec(c.to_vec()))),
+        );
+    }
+    Resolved {
+        components: work,
+        looped: false,
+    }
+}
+
+/// The result of a loop: the looping link followed by every component not
+/// yet walked, with `..` then applied lexically (the reference normalises its
+/// final result).
+fn looped(candidate: Vec<OsString>, pending: Vec<Step>) -> Resolved {
+    let mut components = candidate;
+    for step in pending.into_iter().rev() {
+        if let Step::Name(name) = step {
+            if name.as_bytes() == b".." {
+                components.pop();
+            } else {
+                components.push(name);
+            }
+        }
+    }
+    Resolved {
+        components,
+        looped: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// An in-memory set of symlinks; every other path is "not a link".
+    struct Links(BTreeMap<&'static str, &'static str>);
+
+    impl LinkReader for Links {
+        fn read_link(&self, path: &[u8]) -> Option<Vec<u8>> {
+            let path = std::str::from_utf8(path).ok()?;
+            self.0.get(path).map(|t| t.as_bytes().to_vec())
+        }
+    }
+
+    fn links(pairs: &[(&'static str, &'static str)]) -> Links {
+        Links(pairs.iter().copied().collect())
+    }
+
+    fn res(path: &str, fs: &Links) -> (String, bool) {
+        let r = resolve(path.as_bytes(), fs);
+        (String::from_utf8(r.to_path_bytes()).unwrap(), r.looped)
+    }
+
+    #[test]
+    fn dotdot_after_missing_component_pops_it() {
+        let fs = links(&[]);
+        assert_eq!(
+            res("/ws/missing/../../etc/x", &fs),
+            ("/etc/x".into(), false)
+        );
+        assert_eq!(res("/../..", &fs), ("/".into(), false));
+    }
+
+    #[test]
+    fn dotdot_applies_after_the_link_is_resolved() {
+        let fs = links(&[("/w/l", "/o/deep/dir")]);
+        assert_eq!(res("/w/l/../x", &fs), ("/o/deep/x".into(), false));
+    }
+
+    #[test]
+    fn relative_and_absolute_targets_and_dangling_links() {
+        let fs = links(&[("/w/l", "sub"), ("/w/abs", "/w/f.txt"), ("/w/d", "/o/new")]);
+        assert_eq!(res("/w/l/x", &fs), ("/w/sub/x".into(), false));
+        assert_eq!(res("/w/abs", &fs), ("/w/f.txt".into(), false));
+        assert_eq!(res("/w/d", &fs), ("/o/new".into(), false));
+    }
+
+    #[test]
+    fn chains_of_links_resolve_fully() {
+        let fs = links(&[("/w/a", "b"), ("/w/b", "c/../d"), ("/w/d", "/w/e")]);
+        assert_eq!(res("/w/a/f", &fs), ("/w/e/f".into(), false));
+    }
+
+    #[test]
+    fn loops_keep_the_looping_link_and_the_rest() {
+        let fs = links(&[("/w/a", "b"), ("/w/b", "a")]);
+        let (path, looped) = res("/w/a/x", &fs);
+        assert!(looped);
+        assert!(path == "/w/a/x" || path == "/w/b/x", "{path}");
+        let fs = links(&[("/w/self", "self")]);
+        assert_eq!(res("/w/self/y/../z", &fs), ("/w/self/z".into(), true));
+    }
+
+    #[test]
+    fn a_resolved_link_is_reused_without_counting_again() {
+        let fs = links(&[("/w/l", "sub")]);
+        // Many uses of the same link in one path: memoised, not a loop.
+        let path = format!("/w{}", "/l/..".repeat(100));
+        assert_eq!(res(&path, &fs), ("/w".into(), false));
+    }
+
+    #[test]
+    fn more_than_forty_expansions_count_as_a_loop() {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for i in 0..41 {
+            pairs.push((format!("/w/l{i}"), format!("l{}", i + 1)));
+        }
+        let leaked: Vec<(&'static str, &'static str)> = pairs
+            .into_iter()
+            .map(|(a, b)| {
+                (
+                    &*Box::leak(a.into_boxed_str()),
+                    &*Box::leak(b.into_boxed_str()),
+                )
+            })
+            .collect();
+        let fs = links(&leaked);
+        assert!(res("/w/l0", &fs).1);
+        assert!(!res("/w/l1", &fs).1); // exactly 40 expansions
+    }
+
+    #[test]
+    fn magic_links_resolve_by_their_text() {
+        let fs = links(&[("/proc/self/root", "/")]);
+        assert_eq!(
+            res("/proc/self/root/etc/passwd", &fs),
+            ("/etc/passwd".into(), false)
+        );
+    }
+}
