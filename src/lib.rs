@@ -7,6 +7,9 @@
 //!   It never touches a socket, a file or a clock of its own.
 //! * [`config`] — the effective configuration (flags > `config.toml` >
 //!   environment > defaults), per-OS paths, platform facts, endpoint URLs.
+//! * [`jail`] — the path jail: the Python-compatible accept/reject decision
+//!   and fd-based enforcement beneath a pinned root directory.
+//! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
@@ -16,4 +19,6 @@
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod files;
+pub mod jail;
 pub mod protocol;

@@ -1,0 +1,182 @@
+//! The `FILE_*` operations (FILES.md), performed on descriptors obtained
+//! beneath the jail's pinned root — never on a re-joined path string.
+//!
+//! Each operation takes its decoded request and a [`FileContext`] and returns
+//! an [`Outcome`]: the wire reply plus what to audit (the operation's
+//! `details`, or a `JAIL_VIOLATION` when the jail refused the path). This
+//! module never writes audit records or frames itself, and it must never
+//! open, create, rename or remove anything except relative to a directory
+//! descriptor handed out by [`crate::jail`].
+
+pub mod base64;
+pub mod glob;
+mod list;
+pub mod mime;
+mod read;
+mod stat;
+
+use rustix::fs::Mode;
+use rustix::io::Errno;
+use serde_json::{Map, Value};
+
+pub use list::list;
+pub use read::read;
+pub use stat::stat;
+
+use crate::jail::{EnforceError, EnforcementFailure, Jail, Outcome as JailOutcome, Rejection};
+use crate::protocol::{ErrorCode, Message, MessageType};
+
+/// What every file operation needs besides its request.
+#[derive(Debug, Clone, Copy)]
+pub struct FileContext<'a> {
+    /// The connection's jail.
+    pub jail: &'a Jail,
+    /// Effective `max_file_size_bytes` (min of config and `HELLO_ACK`).
+    pub max_file_size_bytes: u64,
+    /// `refuse_multilink_reads` (JAIL.md §6.11).
+    pub refuse_multilink_reads: bool,
+    /// The process umask, captured once at start before threads exist.
+    pub umask: Mode,
+}
+
+/// A failed operation: the wire code and a one-line message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    /// `PATH_NOT_FOUND`, `FILE_TOO_LARGE`, `INTERNAL_ERROR`, …
+    pub code: ErrorCode,
+    /// Human-readable; never contains file content.
+    pub message: String,
+}
+
+impl FileError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InternalError, message)
+    }
+
+    pub(crate) fn not_found(path: &str) -> Self {
+        Self::new(ErrorCode::PathNotFound, format!("{path} does not exist"))
+    }
+}
+
+/// Failures inside a jailed step: either enforcement (which may mean the tree
+/// changed and the step should be retried) or a final operation error.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// From opening beneath the root.
+    Enforce(EnforceError),
+    /// A final answer.
+    Fail(FileError),
+    /// A jail refusal found inside the step (e.g. the entry's parent lies
+    /// outside the root): audited as `JAIL_VIOLATION`.
+    Reject(Rejection),
+}
+
+impl EnforcementFailure for Step {
+    fn tree_changed(&self) -> bool {
+        matches!(self, Step::Enforce(EnforceError::Changed))
+    }
+}
+
+impl From<EnforceError> for Step {
+    fn from(e: EnforceError) -> Self {
+        Step::Enforce(e)
+    }
+}
+
+impl From<FileError> for Step {
+    fn from(e: FileError) -> Self {
+        Step::Fail(e)
+    }
+}
+
+/// What to audit for a handled request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Audit {
+    /// The operation's own record with these `details` (FILES.md §x.y "Audit").
+    Operation(Map<String, Value>),
+    /// A `JAIL_VIOLATION` record instead (JAIL.md §4.5).
+    JailViolation {
+        /// The jail's error code.
+        code: ErrorCode,
+        /// The raw wire path (`"<src> -> <dst>"` for a move).
+        path: String,
+        /// The refused operation.
+        attempted_op: MessageType,
+    },
+}
+
+/// The result of one file operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The typed response, or the error to answer with.
+    pub reply: Result<Message, FileError>,
+    /// What to audit.
+    pub audit: Audit,
+}
+
+impl Outcome {
+    /// The outcome of a jail refusal: the error reply and a `JAIL_VIOLATION`.
+    pub(crate) fn rejected(rejection: Rejection, path: String, op: MessageType) -> Self {
+        Self {
+            audit: Audit::JailViolation {
+                code: rejection.code,
+                path,
+                attempted_op: op,
+            },
+            reply: Err(FileError::new(rejection.code, rejection.message)),
+        }
+    }
+}
+
+/// Maps an enforcement failure that reached the operation (i.e. not a
+/// tree change, which [`Jail::run`] handles) to a wire error.
+pub(crate) fn enforce_error(e: EnforceError, shown: &str) -> FileError {
+    match e {
+        EnforceError::NotFound => FileError::not_found(shown),
+        EnforceError::NameTooLong => FileError::new(
+            ErrorCode::PathInvalidChars,
+            format!("{shown}: file name too long"),
+        ),
+        // Only reached when a retry already happened; Jail::run turns a
+        // second change into a rejection, so this is a defensive mapping.
+        EnforceError::Changed => FileError::new(
+            ErrorCode::PathOutsideAllowedRoot,
+            format!("{shown} changed while it was being opened"),
+        ),
+        EnforceError::Os(errno) => os_error(shown, errno),
+    }
+}
+
+/// An OS error as an `INTERNAL_ERROR` message.
+pub(crate) fn os_error(shown: &str, errno: Errno) -> FileError {
+    FileError::internal(format!("{shown}: {}", std::io::Error::from(errno)))
+}
+
+/// Runs a jailed step for `wire`, turning the jail's verdicts into the
+/// final result; the caller builds the [`Outcome`] (and its audit details).
+pub(crate) fn jailed<T>(
+    jail: &Jail,
+    wire: &str,
+    op: impl FnMut(&crate::jail::Decision) -> Result<T, Step>,
+) -> Result<T, JailedError> {
+    jail.run(wire, op).map_err(|e| match e {
+        JailOutcome::Rejected(r) => JailedError::Rejected(r),
+        JailOutcome::Failed(Step::Fail(f)) => JailedError::Failed(f),
+        JailOutcome::Failed(Step::Reject(r)) => JailedError::Rejected(r),
+        JailOutcome::Failed(Step::Enforce(e)) => JailedError::Failed(enforce_error(e, wire)),
+    })
+}
+
+/// A jailed step's failure: refused by the jail, or failed afterwards.
+#[derive(Debug)]
+pub(crate) enum JailedError {
+    Rejected(Rejection),
+    Failed(FileError),
+}

@@ -1,0 +1,146 @@
+//! `FILE_READ` (FILES.md §1): a byte range of one regular file, as UTF-8
+//! text or base64. Only regular files are read — a FIFO or device would block
+//! or never end — and the file is read through the descriptor the jail opened,
+//! never re-opened by name.
+
+use rustix::fs::{FileType, Mode, OFlags};
+use serde_json::{Map, Value, json};
+
+use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::protocol::{
+    Encoding, ErrorCode, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES,
+    MAX_WIRE_TEXT_CONTENT_BYTES, Message, MessageType, ReadFormat,
+};
+
+/// Bytes read per `pread` call.
+const CHUNK: usize = 1 << 20;
+
+/// Handles one `FILE_READ`.
+pub fn read(ctx: &FileContext<'_>, req: &FileRead) -> Outcome {
+    let mut shown = None;
+    let result = jailed(ctx.jail, &req.path, |d| {
+        shown = Some(d.resolved.clone());
+        if d.looped {
+            // A loop on a followed path is "does not exist" (FILES.md §0.4).
+            return Err(Step::Fail(FileError::not_found(&d.resolved)));
+        }
+        let fd = ctx.jail.open(
+            &d.remainder,
+            OFlags::RDONLY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Step::Fail(os_error(&d.resolved, e)))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Directory => {
+                return Err(Step::Fail(FileError::internal(format!(
+                    "{} is a directory, not a file",
+                    d.resolved
+                ))));
+            }
+            _ => {
+                return Err(Step::Fail(FileError::internal(format!(
+                    "{} is not a regular file",
+                    d.resolved
+                ))));
+            }
+        }
+        if ctx.refuse_multilink_reads && st.st_nlink > 1 {
+            return Err(Step::Fail(FileError::internal(format!(
+                "{} has more than one hard link; refusing to read it",
+                d.resolved
+            ))));
+        }
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        read_range(ctx, req, &fd, size, &d.resolved).map_err(Step::Fail)
+    });
+    let path = shown.unwrap_or_default();
+    let (reply, returned) = match result {
+        Ok(contents) => {
+            let n = contents.size_bytes;
+            (Ok(Message::FileContents(contents)), n)
+        }
+        Err(JailedError::Rejected(r)) => {
+            return Outcome::rejected(r, req.path.clone(), MessageType::FileRead);
+        }
+        Err(JailedError::Failed(e)) => (Err(e), 0),
+    };
+    Outcome {
+        reply,
+        audit: super::Audit::Operation(details(req, &path, returned)),
+    }
+}
+
+fn details(req: &FileRead, path: &str, returned: u64) -> Map<String, Value> {
+    let mut d = Map::new();
+    d.insert("path".into(), json!(path));
+    d.insert("encoding".into(), json!(req.encoding.as_str()));
+    d.insert("offset".into(), json!(req.offset));
+    d.insert("length".into(), json!(req.length.map(|n| n.get())));
+    d.insert("size_bytes_returned".into(), json!(returned));
+    d
+}
+
+/// Steps 6–12 of FILES.md §1.2 on an open regular file of `size` bytes.
+fn read_range(
+    ctx: &FileContext<'_>,
+    req: &FileRead,
+    fd: &std::os::fd::OwnedFd,
+    size: u64,
+    shown: &str,
+) -> Result<FileContents, FileError> {
+    let binary = req.format == ReadFormat::Bytes || req.encoding == Encoding::Base64;
+    let wire_cap = if binary {
+        MAX_WIRE_BASE64_CONTENT_BYTES
+    } else {
+        MAX_WIRE_TEXT_CONTENT_BYTES
+    };
+    let limit = ctx.max_file_size_bytes.min(wire_cap as u64);
+    let remaining = size.saturating_sub(req.offset);
+    let requested = req.length.map_or(remaining, |n| n.get());
+    if requested > limit {
+        return Err(FileError::new(
+            ErrorCode::FileTooLarge,
+            format!("Requested read of {requested} bytes exceeds limit {limit}"),
+        ));
+    }
+    // `requested` ≤ limit ≤ 12.5 MB, so it fits in memory and in usize.
+    let want = usize::try_from(requested).unwrap_or(0);
+    let mut buf = Vec::with_capacity(want.min(usize::try_from(remaining).unwrap_or(want)));
+    let mut offset = req.offset;
+    while buf.len() < want {
+        let chunk = (want - buf.len()).min(CHUNK);
+        let start = buf.len();
+        buf.resize(start + chunk, 0);
+        let n = loop {
+            match rustix::io::pread(fd, &mut buf[start..], offset) {
+                Ok(n) => break n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(os_error(shown, e)),
+            }
+        };
+        buf.truncate(start + n);
+        if n == 0 {
+            break;
+        }
+        offset += n as u64;
+    }
+    let read = buf.len() as u64;
+    let truncated = req.offset.saturating_add(read) < size;
+    let (content, encoding) = if binary {
+        (super::base64::encode(&buf), Encoding::Base64)
+    } else {
+        (
+            // Valid UTF-8 (the common case) is moved, not copied.
+            String::from_utf8(buf)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            Encoding::Utf8,
+        )
+    };
+    Ok(FileContents {
+        content,
+        encoding,
+        size_bytes: read,
+        truncated,
+    })
+}
