@@ -276,8 +276,32 @@ impl Jail {
     pub fn decide(&self, wire: &str) -> Result<Decision, Rejection> {
         self.check_root()?;
         let lexical = self.lexical(wire)?;
-        let resolved = resolve::resolve(lexical.as_bytes(), &Filesystem);
+        let resolved = self.resolve(&lexical);
         self.contain(wire, lexical, resolved)
+    }
+
+    /// Layer 2's resolution. A path spelled below the canonical root starts
+    /// from the root's components without re-examining them: they were
+    /// symlink-free when pinned and `check_root` just confirmed the root path
+    /// still names the pinned directory (this also keeps the decision stable
+    /// if an ancestor of the root is later replaced by a link to it, as the
+    /// reference, which re-resolves its root every time, would).
+    fn resolve(&self, lexical: &str) -> Resolved {
+        let root = self.root.trim_end_matches('/');
+        match lexical.strip_prefix(root) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                resolve::resolve_from(self.root_components(), rest.as_bytes(), &Filesystem)
+            }
+            _ => resolve::resolve(lexical.as_bytes(), &Filesystem),
+        }
+    }
+
+    fn root_components(&self) -> Vec<OsString> {
+        self.root
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(OsString::from)
+            .collect()
     }
 
     /// Layer 1: normalise, expand `~`, check the shape, anchor relative
@@ -346,7 +370,7 @@ impl Jail {
             return Ok(None);
         }
         let parent = if parent.is_empty() { "/" } else { parent };
-        let resolved = resolve::resolve(parent.as_bytes(), &Filesystem);
+        let resolved = self.resolve(parent);
         match self.contain(wire, parent.to_owned(), resolved) {
             Ok(parent_decision) => Ok(Some(Entry {
                 parent: parent_decision.remainder,

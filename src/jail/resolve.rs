@@ -87,8 +87,14 @@ fn split(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
 /// components are kept, dangling links are followed, `..` applies to the
 /// physical path walked so far, loops stop resolution.
 pub fn resolve(path: &[u8], fs: &dyn LinkReader) -> Resolved {
-    let mut work: Vec<OsString> = Vec::new();
-    let mut pending: Vec<Step> = split(path)
+    resolve_from(Vec::new(), path, fs)
+}
+
+/// [`resolve`] of `rest` relative to `base`, a path already known to be
+/// physical (symlink-free), such as the canonical root.
+pub fn resolve_from(base: Vec<OsString>, rest: &[u8], fs: &dyn LinkReader) -> Resolved {
+    let mut work: Vec<OsString> = base;
+    let mut pending: Vec<Step> = split(rest)
         .rev()
         .map(|c| Step::Name(OsString::from_vec(c.to_vec())))
         .collect();
