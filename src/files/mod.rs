@@ -9,19 +9,25 @@
 //! descriptor handed out by [`crate::jail`].
 
 pub mod base64;
+mod delete;
 pub mod glob;
 mod list;
 pub mod mime;
+mod moves;
 mod read;
 mod stat;
+mod write;
 
 use rustix::fs::Mode;
 use rustix::io::Errno;
 use serde_json::{Map, Value};
 
+pub use delete::delete;
 pub use list::list;
+pub use moves::move_entry;
 pub use read::read;
 pub use stat::stat;
+pub use write::write;
 
 use crate::jail::{EnforceError, EnforcementFailure, Jail, Outcome as JailOutcome, Rejection};
 use crate::protocol::{ErrorCode, Message, MessageType};

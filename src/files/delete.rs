@@ -1,0 +1,303 @@
+//! `FILE_DELETE` (FILES.md §5): removes the directory entry a path names —
+//! the entry itself, never what a symlink there points to — and, when asked,
+//! a whole directory tree beneath it.
+//!
+//! The recursive delete (FILES.md §5.3) works on descriptors only: an
+//! explicit stack of open directories, one per level, entries examined with
+//! `fstatat(AT_SYMLINK_NOFOLLOW)`. It must never follow a symlink, never
+//! descend into another filesystem (a mount inside the root may be an
+//! outside directory, JAIL.md D12) and never remove the root directory
+//! itself (JAIL.md §6.9), however the request spells it.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat, StatxFlags};
+use rustix::io::Errno;
+use serde_json::{Map, Value, json};
+
+use super::write::open_parent;
+use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::jail::{Decision, EnforceError, Entry, Jail, Rejection, identity};
+use crate::protocol::{Ack, ErrorCode, FileDelete, Message, MessageType};
+
+/// How often one directory is re-read when removing it finds it not empty
+/// (entries created concurrently, or missed while the listing changed).
+const MAX_RESCANS: u8 = 2;
+
+/// Handles one `FILE_DELETE`.
+pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
+    let jail = ctx.jail;
+    let mut shown = None;
+    let result = jailed(jail, &req.path, |d| {
+        shown = Some(d.resolved.clone());
+        let Some(entry) = acted_on(jail, &req.path, d)? else {
+            return Err(Step::Reject(root_refusal(&req.path)));
+        };
+        let dir = match open_parent(jail, &entry.parent) {
+            Ok(fd) => fd,
+            Err(EnforceError::NotFound) => return missing(req, d),
+            // A looping link in the parent: nothing can exist beneath it.
+            Err(EnforceError::Changed) if d.looped => return missing(req, d),
+            Err(e) => return Err(e.into()),
+        };
+        // Existence is that of the entry, not of what it points to: a
+        // dangling or looping link exists and is removed (FILES.md §5.2).
+        let st = match rustix::fs::statat(&dir, entry.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::NOENT | Errno::NOTDIR) => return missing(req, d),
+            Err(e) => return Err(Step::Fail(os_error(&d.resolved, e))),
+        };
+        if jail.is_root(&st) {
+            return Err(Step::Reject(root_refusal(&req.path)));
+        }
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            if req.recursive {
+                return delete_tree(jail, dir.as_fd(), &entry.name, &d.resolved);
+            }
+            return match rustix::fs::unlinkat(&dir, entry.name.as_os_str(), AtFlags::REMOVEDIR) {
+                Ok(()) => Ok(()),
+                Err(Errno::NOENT) => missing(req, d),
+                Err(e @ (Errno::NOTEMPTY | Errno::EXIST)) => Err(Step::Fail(FileError::new(
+                    ErrorCode::PathNotEmpty,
+                    format!("{}: {}", d.resolved, std::io::Error::from(e)),
+                ))),
+                Err(e) => Err(Step::Fail(os_error(&d.resolved, e))),
+            };
+        }
+        match rustix::fs::unlinkat(&dir, entry.name.as_os_str(), AtFlags::empty()) {
+            Ok(()) => Ok(()),
+            Err(Errno::NOENT) => missing(req, d),
+            Err(e) => Err(Step::Fail(os_error(&d.resolved, e))),
+        }
+    });
+    let reply = match result {
+        Ok(()) => Ok(Message::Ack(Ack::OK)),
+        Err(JailedError::Rejected(r)) => {
+            return Outcome::rejected(r, req.path.clone(), MessageType::FileDelete);
+        }
+        Err(JailedError::Failed(e)) => Err(e),
+    };
+    let mut details = Map::new();
+    details.insert("path".into(), Value::String(shown.unwrap_or_default()));
+    details.insert("recursive".into(), json!(req.recursive));
+    details.insert("missing_ok".into(), json!(req.missing_ok));
+    Outcome {
+        reply,
+        audit: super::Audit::Operation(details),
+    }
+}
+
+/// Nothing to delete: fine with `missing_ok`, else `PATH_NOT_FOUND`.
+fn missing(req: &FileDelete, d: &Decision) -> Result<(), Step> {
+    if req.missing_ok {
+        Ok(())
+    } else {
+        Err(Step::Fail(FileError::not_found(&d.resolved)))
+    }
+}
+
+/// The entry an operation acts on itself (JAIL.md §6.3 last paragraph,
+/// §6.6): the canonical parent plus the unresolved final name. Where the
+/// request has no separate name (`""`, `.`, a final `..`), the resolved
+/// target's own parent and name. `None` means the root directory itself.
+pub(super) fn acted_on(jail: &Jail, wire: &str, d: &Decision) -> Result<Option<Entry>, Step> {
+    if let Some(entry) = jail.entry(wire, d).map_err(Step::Reject)? {
+        return Ok(Some(entry));
+    }
+    Ok(d.remainder.split_last().map(|(name, parent)| Entry {
+        parent: parent.to_vec(),
+        name: name.clone(),
+    }))
+}
+
+/// JAIL.md §6.9: the root directory is never removed, renamed or replaced.
+pub(super) fn root_refusal(wire: &str) -> Rejection {
+    Rejection::outside(format!(
+        "Path '{wire}': refusing to modify allowed_root itself"
+    ))
+}
+
+/// Which filesystem (and, where the kernel reports it, which mount) an
+/// object lives on. Two bind mounts of one filesystem share `st_dev` but
+/// not the mount id, so both are compared when available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FsId {
+    dev: u64,
+    mount: Option<u64>,
+}
+
+impl FsId {
+    /// The filesystem of an open descriptor.
+    pub(super) fn of_fd(fd: BorrowedFd<'_>) -> Result<FsId, Errno> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok(FsId {
+            dev: identity(&st).0,
+            mount: mount_id(fd, OsStr::new(""), AtFlags::EMPTY_PATH),
+        })
+    }
+
+    /// The filesystem of the entry `name` in `dir` (not followed), whose
+    /// `fstatat` result is `st`.
+    pub(super) fn of_entry(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat) -> FsId {
+        FsId {
+            dev: identity(st).0,
+            mount: mount_id(dir, name, AtFlags::SYMLINK_NOFOLLOW),
+        }
+    }
+
+    /// True when `other` is on a different filesystem or mount.
+    pub(super) fn differs(&self, other: &FsId) -> bool {
+        if self.dev != other.dev {
+            return true;
+        }
+        match (self.mount, other.mount) {
+            (Some(a), Some(b)) => a != b,
+            _ => false,
+        }
+    }
+}
+
+/// `statx(STATX_MNT_ID)` where the kernel supports it (Linux ≥ 5.8).
+fn mount_id(dir: BorrowedFd<'_>, name: &OsStr, flags: AtFlags) -> Option<u64> {
+    let stx = rustix::fs::statx(dir, name, flags, StatxFlags::MNT_ID).ok()?;
+    if stx.stx_mask & StatxFlags::MNT_ID.bits() != 0 {
+        Some(stx.stx_mnt_id)
+    } else {
+        None
+    }
+}
+
+/// "refusing to cross a filesystem boundary" for `shown`.
+pub(super) fn boundary_error(shown: &str) -> Step {
+    Step::Fail(FileError::internal(format!(
+        "{shown}: refusing to cross a filesystem boundary"
+    )))
+}
+
+/// One open directory of the tree being removed.
+struct Level {
+    dir: Dir,
+    name: OsString,
+    fs: FsId,
+    rescans: u8,
+}
+
+/// Opens the directory `name` in `parent` (whose `fstatat` is `st`) for
+/// removal of its contents, refusing the root and other filesystems and
+/// checking that what was opened is what was examined.
+fn open_level(
+    jail: &Jail,
+    parent: BorrowedFd<'_>,
+    parent_fs: &FsId,
+    name: &OsStr,
+    st: &Stat,
+    shown: &str,
+) -> Result<Level, Step> {
+    if jail.is_root(st) {
+        // Only reachable through a mount of the root inside itself.
+        return Err(Step::Reject(root_refusal(shown)));
+    }
+    let fs = FsId::of_entry(parent, name, st);
+    if fs.differs(parent_fs) {
+        return Err(boundary_error(shown));
+    }
+    let fd = open_subdir(parent, name, st, shown)?;
+    let dir = Dir::new(fd).map_err(|e| Step::Fail(os_error(shown, e)))?;
+    Ok(Level {
+        dir,
+        name: name.to_owned(),
+        fs,
+        rescans: 0,
+    })
+}
+
+/// `openat(parent, name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW)`, verified to be
+/// the object `st` describes (a swap between the two calls fails).
+pub(super) fn open_subdir(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    shown: &str,
+) -> Result<OwnedFd, Step> {
+    let fd = rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Step::Fail(os_error(shown, e)))?;
+    let opened = rustix::fs::fstat(&fd).map_err(|e| Step::Fail(os_error(shown, e)))?;
+    if identity(&opened) != identity(st) {
+        return Err(Step::Fail(FileError::internal(format!(
+            "{shown}: changed while it was being processed"
+        ))));
+    }
+    Ok(fd)
+}
+
+/// FILES.md §5.3: removes the directory `name` in `parent` and everything
+/// beneath it, depth first, without following links or leaving the
+/// filesystem. The first error stops the walk; what was removed stays
+/// removed.
+pub(super) fn delete_tree(
+    jail: &Jail,
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &str,
+) -> Result<(), Step> {
+    let fail = |e: Errno| Step::Fail(os_error(shown, e));
+    let parent_fs = FsId::of_fd(parent).map_err(fail)?;
+    let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).map_err(fail)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(fail);
+    }
+    let mut stack = vec![open_level(jail, parent, &parent_fs, name, &st, shown)?];
+    while let Some(level) = stack.last_mut() {
+        let next = match level.dir.read() {
+            Some(Ok(entry)) => Some(OsString::from_vec(entry.file_name().to_bytes().to_vec())),
+            Some(Err(e)) => return Err(fail(e)),
+            None => None,
+        };
+        let Some(child) = next else {
+            // This level is empty now: remove it from the level above.
+            let Some(mut done) = stack.pop() else { break };
+            let above = match stack.last() {
+                Some(l) => l.dir.fd().map_err(fail)?,
+                None => parent,
+            };
+            match rustix::fs::unlinkat(above, done.name.as_os_str(), AtFlags::REMOVEDIR) {
+                Ok(()) => {}
+                Err(Errno::NOTEMPTY | Errno::EXIST) if done.rescans < MAX_RESCANS => {
+                    done.rescans += 1;
+                    done.dir.rewind();
+                    stack.push(done);
+                }
+                Err(e) => return Err(fail(e)),
+            }
+            continue;
+        };
+        if child.as_bytes() == b"." || child.as_bytes() == b".." {
+            continue;
+        }
+        let dfd = level.dir.fd().map_err(fail)?;
+        let st = match rustix::fs::statat(dfd, child.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(fail(e)),
+        };
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            let sub = open_level(jail, dfd, &level.fs, &child, &st, shown)?;
+            stack.push(sub);
+        } else {
+            // Links, files, FIFOs, sockets, devices: the name goes, the
+            // object it may point to is never touched.
+            match rustix::fs::unlinkat(dfd, child.as_os_str(), AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! `FILE_WRITE` (FILES.md §2): decode the content, optionally create the
+//! missing parent directories (JAIL.md §6.8), then write the file through
+//! its parent directory descriptor.
+//!
+//! A new or replaced file is written to a temporary sibling and renamed over
+//! the target, so readers never see a partial file and a hard link to an
+//! outside inode is broken rather than rewritten (JAIL.md D4). The only
+//! in-place write is the foreign-owner exception of FILES.md §2.4 step 3.
+//! This module must never open the target by a path string, never follow a
+//! symlink at the target (the canonical target cannot be one; meeting one
+//! means the tree changed) and never open a FIFO or device for writing.
+
+use std::borrow::Cow;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Stat};
+use rustix::io::Errno;
+use serde_json::{Map, Value, json};
+
+use super::{FileContext, FileError, JailedError, Outcome, Step, jailed};
+use crate::jail::{Decision, EnforceError, Jail};
+use crate::protocol::{Ack, Encoding, ErrorCode, FileWrite, Message, MessageType};
+
+/// How many temporary names are tried before giving up (FILES.md §2.4 4.1).
+const TEMP_TRIES: usize = 10;
+
+/// Handles one `FILE_WRITE`.
+pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> Outcome {
+    // Decoding does not depend on the path, so it is done once even if the
+    // jail re-decides after a race; its error is reported only after the
+    // jail accepted the path (FILES.md §2.2: the jail comes first).
+    let decoded = decode(req);
+    let mut shown = None;
+    let mut written = 0u64;
+    let result = jailed(ctx.jail, &req.path, |d| {
+        shown = Some(d.resolved.clone());
+        let bytes = decoded.as_ref().map_err(|e| Step::Fail(e.clone()))?;
+        let size = bytes.len() as u64;
+        if size > ctx.max_file_size_bytes {
+            return Err(Step::Fail(FileError::new(
+                ErrorCode::FileTooLarge,
+                format!("{size} bytes exceeds limit {}", ctx.max_file_size_bytes),
+            )));
+        }
+        write_decided(ctx, req.create_parents, d, bytes)?;
+        written = size;
+        Ok(())
+    });
+    let reply = match result {
+        Ok(()) => Ok(Message::Ack(Ack::OK)),
+        Err(JailedError::Rejected(r)) => {
+            return Outcome::rejected(r, req.path.clone(), MessageType::FileWrite);
+        }
+        Err(JailedError::Failed(e)) => {
+            written = 0;
+            Err(e)
+        }
+    };
+    let mut details = Map::new();
+    details.insert("path".into(), Value::String(shown.unwrap_or_default()));
+    details.insert("encoding".into(), json!(req.encoding.as_str()));
+    details.insert("create_parents".into(), json!(req.create_parents));
+    details.insert("size_bytes_written".into(), json!(written));
+    Outcome {
+        reply,
+        audit: super::Audit::Operation(details),
+    }
+}
+
+/// FILES.md §2.2 step 2: the bytes to write.
+fn decode(req: &FileWrite) -> Result<Cow<'_, [u8]>, FileError> {
+    match req.encoding {
+        Encoding::Utf8 => Ok(Cow::Borrowed(req.content.as_bytes())),
+        Encoding::Base64 => super::base64::decode_strict(&req.content)
+            .map(Cow::Owned)
+            .map_err(|e| FileError::internal(format!("Bad base64: {e}"))),
+    }
+}
+
+/// "Could not write file: …" with the OS reason.
+fn could_not(shown: &str, reason: impl std::fmt::Display) -> Step {
+    Step::Fail(FileError::internal(format!(
+        "Could not write file: {shown}: {reason}"
+    )))
+}
+
+fn os_reason(e: Errno) -> std::io::Error {
+    std::io::Error::from(e)
+}
+
+/// Steps 4–5 of FILES.md §2.2 once the jail accepted `d`.
+fn write_decided(
+    ctx: &FileContext<'_>,
+    create_parents: bool,
+    d: &Decision,
+    bytes: &[u8],
+) -> Result<(), Step> {
+    let shown = d.resolved.as_str();
+    let Some((name, parent)) = d.remainder.split_last() else {
+        // The root itself (JAIL.md §6.9: a write is "is a directory").
+        return Err(could_not(shown, os_reason(Errno::ISDIR)));
+    };
+    if d.looped {
+        // Resolution stopped at a symlink loop: Python's open fails with
+        // ELOOP and writes nothing; so does this, before creating anything.
+        return Err(could_not(shown, os_reason(Errno::LOOP)));
+    }
+    let dir = if create_parents {
+        make_parents(ctx.jail, parent, shown)?
+    } else {
+        open_parent(ctx.jail, parent).map_err(|e| match e {
+            EnforceError::NotFound => Step::Fail(FileError::new(
+                ErrorCode::PathNotFound,
+                format!(
+                    "Parent directory {} does not exist",
+                    ctx.jail.display_path(parent)
+                ),
+            )),
+            other => enforce_step(other, shown),
+        })?
+    };
+    write_entry(ctx, dir.as_fd(), name, shown, bytes)
+}
+
+/// An enforcement failure while preparing the write: a changed tree is
+/// handed back to the jail (re-decision), an OS error is a write failure.
+fn enforce_step(e: EnforceError, shown: &str) -> Step {
+    match e {
+        EnforceError::Os(errno) => could_not(shown, os_reason(errno)),
+        other => Step::Enforce(other),
+    }
+}
+
+/// Opens a directory of the tree for `*at` mutations and `fsync`. A
+/// directory that may be searched and written but not read (`-wx`) is still
+/// usable for every `*at` call, so `EACCES` on the readable open falls back
+/// to `O_PATH` (only the final `fsync` is then skipped).
+pub(super) fn open_parent(jail: &Jail, remainder: &[OsString]) -> Result<OwnedFd, EnforceError> {
+    match jail.open_dir(remainder) {
+        Err(EnforceError::Os(Errno::ACCESS)) => {
+            jail.open(remainder, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+        }
+        other => other,
+    }
+}
+
+/// JAIL.md §6.8 step 4: walks the parent remainder from the root, creating
+/// each missing directory with `mkdirat(…, 0777)` (the process umask
+/// applies) and re-opening it through the jail, so a symlink planted in the
+/// meantime fails closed.
+fn make_parents(jail: &Jail, parent: &[OsString], shown: &str) -> Result<OwnedFd, Step> {
+    // The common case: everything already exists.
+    match open_parent(jail, parent) {
+        Ok(fd) => return Ok(fd),
+        Err(EnforceError::NotFound) => {}
+        Err(e) => return Err(enforce_step(e, shown)),
+    }
+    let dir_flags = OFlags::PATH | OFlags::DIRECTORY;
+    for (i, component) in parent.iter().enumerate() {
+        let prefix = parent.get(..=i).unwrap_or(parent);
+        match jail.open(prefix, dir_flags, Mode::empty()) {
+            Ok(_) => continue,
+            Err(EnforceError::NotFound) => {}
+            Err(e) => return Err(enforce_step(e, shown)),
+        }
+        let above = jail
+            .open(parent.get(..i).unwrap_or(&[]), dir_flags, Mode::empty())
+            .map_err(|e| enforce_step(e, shown))?;
+        match rustix::fs::mkdirat(&above, component.as_os_str(), Mode::from_raw_mode(0o777)) {
+            // EEXIST: created concurrently, or a non-directory is in the
+            // way; the re-open below tells which.
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(Errno::NOENT | Errno::NOTDIR) => {
+                return Err(Step::Fail(FileError::not_found(
+                    &jail.display_path(parent.get(..i).unwrap_or(&[])),
+                )));
+            }
+            Err(e) => return Err(could_not(&jail.display_path(prefix), os_reason(e))),
+        }
+        match jail.open(prefix, dir_flags, Mode::empty()) {
+            Ok(_) => {}
+            Err(EnforceError::NotFound) => {
+                let st =
+                    rustix::fs::statat(&above, component.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
+                return Err(match st {
+                    Ok(_) => could_not(&jail.display_path(prefix), os_reason(Errno::NOTDIR)),
+                    Err(_) => Step::Fail(FileError::not_found(&jail.display_path(prefix))),
+                });
+            }
+            Err(e) => return Err(enforce_step(e, shown)),
+        }
+    }
+    open_parent(jail, parent).map_err(|e| enforce_step(e, shown))
+}
+
+/// FILES.md §2.4 on `(dir, name)`.
+fn write_entry(
+    ctx: &FileContext<'_>,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &str,
+    bytes: &[u8],
+) -> Result<(), Step> {
+    let existing = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Some(st),
+        Err(Errno::NOENT) => None,
+        Err(e) => return Err(could_not(shown, os_reason(e))),
+    };
+    let Some(existing) = existing else {
+        let mode = Mode::from_raw_mode(0o666 & !ctx.umask.as_raw_mode());
+        return replace_atomically(dir, name, bytes, mode, None).map_err(|e| could_not(shown, e));
+    };
+    match FileType::from_raw_mode(existing.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => return Err(could_not(shown, os_reason(Errno::ISDIR))),
+        // The canonical target cannot be a link (loops were refused above):
+        // the tree changed after the decision, so decide again.
+        FileType::Symlink => return Err(Step::Enforce(EnforceError::Changed)),
+        _ => return Err(could_not(shown, "not a regular file")),
+    }
+    // Step 2: prove writability without modifying anything, so that a
+    // read-only or immutable file is refused as Python refuses it (a rename
+    // over it would otherwise succeed).
+    let probe = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP) => return Err(Step::Enforce(EnforceError::Changed)),
+        Err(e) => return Err(could_not(shown, os_reason(e))),
+    };
+    let opened = rustix::fs::fstat(&probe).map_err(|e| could_not(shown, os_reason(e)))?;
+    if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
+        return Err(could_not(shown, "not a regular file"));
+    }
+    // Step 3: a file owned by someone else keeps its owner only if written
+    // in place; a file with several links is never written in place (that
+    // would modify the other names' content, JAIL.md D4).
+    let foreign = opened.st_uid != rustix::process::geteuid().as_raw();
+    if foreign && opened.st_nlink == 1 {
+        return write_in_place(&probe, bytes).map_err(|e| could_not(shown, os_reason(e)));
+    }
+    drop(probe);
+    let mode = Mode::from_raw_mode(opened.st_mode & 0o1777);
+    replace_atomically(dir, name, bytes, mode, Some(&opened)).map_err(|e| could_not(shown, e))
+}
+
+/// The foreign-owner exception: truncate and rewrite the opened inode.
+fn write_in_place(fd: &OwnedFd, bytes: &[u8]) -> Result<(), Errno> {
+    rustix::fs::ftruncate(fd, 0)?;
+    write_all(fd, bytes)?;
+    rustix::fs::fsync(fd)
+}
+
+/// Writes everything, looping on short writes and retrying `EINTR`.
+pub(super) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
+    while !bytes.is_empty() {
+        match rustix::io::write(fd, bytes) {
+            Ok(0) => return Err(Errno::IO),
+            Ok(n) => bytes = bytes.get(n..).unwrap_or(&[]),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A fresh `.autogpt-shim-<16 lowercase hex>.tmp` name.
+pub(super) fn temp_name() -> Result<OsString, Errno> {
+    let mut raw = [0u8; 8];
+    getrandom::fill(&mut raw).map_err(|_| Errno::IO)?;
+    Ok(OsString::from(format!(
+        ".autogpt-shim-{:016x}.tmp",
+        u64::from_le_bytes(raw)
+    )))
+}
+
+/// Calls `create` with fresh temporary names until one does not exist yet
+/// (`EEXIST`), at most [`TEMP_TRIES`] times.
+pub(super) fn with_temp_name<T>(
+    mut create: impl FnMut(&OsStr) -> Result<T, Errno>,
+) -> Result<(OsString, T), Errno> {
+    let mut last = Errno::EXIST;
+    for _ in 0..TEMP_TRIES {
+        let name = temp_name()?;
+        match create(&name) {
+            Ok(v) => return Ok((name, v)),
+            Err(Errno::EXIST) => last = Errno::EXIST,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// FILES.md §2.4 step 4: temp file, write, `fsync`, mode (and group),
+/// rename over `name`, `fsync` the directory. On any failure the temporary
+/// file is removed. `old` is the replaced file (`None` for a new file).
+fn replace_atomically(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    bytes: &[u8],
+    mode: Mode,
+    old: Option<&Stat>,
+) -> Result<(), std::io::Error> {
+    let (tmp, fd) = with_temp_name(|tmp| {
+        rustix::fs::openat(
+            dir,
+            tmp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+    })?;
+    let filled = (|| {
+        write_all(&fd, bytes)?;
+        rustix::fs::fsync(&fd)?;
+        rustix::fs::fchmod(&fd, mode)?;
+        if let Some(old) = old {
+            let now = rustix::fs::fstat(&fd)?;
+            if now.st_gid != old.st_gid {
+                // Keeping the group is best effort: only root or a member
+                // of that group may set it.
+                let _ = rustix::fs::fchown(&fd, None, Some(Gid::from_raw(old.st_gid)));
+            }
+        }
+        drop(fd);
+        // A plain rename: last writer wins, as in Python.
+        rustix::fs::renameat(dir, tmp.as_os_str(), dir, name)
+    })();
+    if let Err(e) = filled {
+        let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), AtFlags::empty());
+        return Err(e.into());
+    }
+    // The rename is done; a failed directory sync (e.g. on an O_PATH
+    // descriptor or a filesystem without directory fsync) does not undo it
+    // and is not reported (FILES.md §2.4 4.7).
+    let _ = rustix::fs::fsync(dir);
+    Ok(())
+}
