@@ -782,3 +782,70 @@ fn list_of_a_large_directory_keeps_the_smallest_names() {
         assert!(truncated);
     });
 }
+
+// ---- 55–58: a command's working directory -------------------------------------------------
+
+/// What the command runner does with `cwd`: decide it, then open the
+/// directory beneath the root (the child later `fchdir`s to this fd).
+fn open_cwd(
+    jail: &Jail,
+    cwd: Option<&str>,
+) -> Result<std::os::fd::OwnedFd, autogpt_shim::jail::Outcome<autogpt_shim::jail::EnforceError>> {
+    let wire = match cwd {
+        Some(c) if !c.is_empty() => c.to_owned(),
+        _ => jail.root().to_owned(),
+    };
+    jail.run(&wire, |d| {
+        jail.open(
+            &d.remainder,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+    })
+}
+
+fn ident(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    (m.dev(), m.ino())
+}
+
+fn fd_ident(fd: &std::os::fd::OwnedFd) -> (u64, u64) {
+    autogpt_shim::jail::identity(&rustix::fs::fstat(fd).unwrap())
+}
+
+#[test]
+fn command_cwd_outside_is_refused_null_is_the_root_and_links_are_entered_by_fd() {
+    use autogpt_shim::jail::{EnforceError, Outcome as JailOutcome};
+    both(|fx, jail| {
+        match open_cwd(jail, Some("/etc")) {
+            Err(JailOutcome::Rejected(r)) => assert_eq!(r.code, ErrorCode::PathOutsideAllowedRoot),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(fd_ident(&open_cwd(jail, None).unwrap()), ident(&fx.w));
+        assert_eq!(fd_ident(&open_cwd(jail, Some("")).unwrap()), ident(&fx.w));
+        symlink("sub", fx.w.join("sublink")).unwrap();
+        let fd = open_cwd(jail, Some(&fx.w("sublink"))).unwrap();
+        assert_eq!(fd_ident(&fd), ident(&fx.w.join("sub")));
+        match open_cwd(jail, Some(&fx.w("missing"))) {
+            Err(JailOutcome::Failed(EnforceError::NotFound)) => {}
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+// ---- 60: case is compared exactly --------------------------------------------------------
+
+/// The root's last component spelled in another case never matches, even
+/// where a case-insensitive filesystem would find the directory. (This
+/// machine has no casefold-capable filesystem to mount, so the lookup side
+/// is not exercised; the verdict, which depends only on the byte-exact
+/// comparison, is.)
+#[test]
+fn root_spelled_in_another_case_is_outside() {
+    both(|fx, jail| {
+        let name = fx.w.file_name().unwrap().to_str().unwrap().to_uppercase();
+        let p = format!("{}/{name}/f.txt", fx.w.parent().unwrap().display());
+        assert_outside(&read(jail, &p), &p, MessageType::FileRead);
+    });
+}
