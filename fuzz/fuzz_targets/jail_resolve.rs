@@ -35,18 +35,25 @@ impl Bytes<'_> {
     /// A relative path of 1–3 names from the pool.
     fn rel(&mut self) -> String {
         let n = 1 + usize::from(self.next()) % 3;
-        (0..n).map(|_| *self.pick(NAMES)).collect::<Vec<_>>().join("/")
+        (0..n)
+            .map(|_| *self.pick(NAMES))
+            .collect::<Vec<_>>()
+            .join("/")
     }
 }
 
 /// Every object reachable below `dir` without following links.
 fn identities(dir: &Path, out: &mut HashSet<(u64, u64)>) {
-    let Ok(st) = rustix::fs::lstat(dir) else { return };
+    let Ok(st) = rustix::fs::lstat(dir) else {
+        return;
+    };
     out.insert(identity(&st));
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return;
     }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         identities(&entry.path(), out);
     }
@@ -55,7 +62,9 @@ fn identities(dir: &Path, out: &mut HashSet<(u64, u64)>) {
 fuzz_target!(|data: &[u8]| {
     let mut input = Bytes(data);
     let Ok(tmp) = tempfile::tempdir() else { return };
-    let Ok(base) = std::fs::canonicalize(tmp.path()) else { return };
+    let Ok(base) = std::fs::canonicalize(tmp.path()) else {
+        return;
+    };
     let root = base.join("r");
     let outside = base.join("o");
     if std::fs::create_dir(&root).is_err() || std::fs::create_dir(&outside).is_err() {
@@ -66,7 +75,11 @@ fuzz_target!(|data: &[u8]| {
     // Build a random tree: directories, files and symlinks on both sides.
     let ops = usize::from(input.next()) % 16;
     for _ in 0..ops {
-        let side: &PathBuf = if input.next() % 4 == 0 { &outside } else { &root };
+        let side: &PathBuf = if input.next() % 4 == 0 {
+            &outside
+        } else {
+            &root
+        };
         let at = side.join(input.rel());
         match input.next() % 3 {
             0 => {
@@ -116,7 +129,9 @@ fuzz_target!(|data: &[u8]| {
             return;
         };
         for path in &paths {
-            let Ok(decision) = jail.decide(path) else { continue };
+            let Ok(decision) = jail.decide(path) else {
+                continue;
+            };
             let Ok(fd) = jail.open(&decision.remainder, OFlags::PATH, Mode::empty()) else {
                 continue;
             };
@@ -127,10 +142,18 @@ fuzz_target!(|data: &[u8]| {
             );
             // The entry a mutating operation would act on must sit inside too.
             if let Ok(Some(entry)) = jail.entry(path, &decision) {
-                if let Ok(dir) = jail.open(&entry.parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()) {
+                if let Ok(dir) = jail.open(
+                    &entry.parent,
+                    OFlags::PATH | OFlags::DIRECTORY,
+                    Mode::empty(),
+                ) {
                     let st = rustix::fs::fstat(&dir).expect("fstat of an opened dir");
-                    assert!(inside.contains(&identity(&st)), "entry parent outside for {path:?}");
-                    let _ = rustix::fs::statat(&dir, entry.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
+                    assert!(
+                        inside.contains(&identity(&st)),
+                        "entry parent outside for {path:?}"
+                    );
+                    let _ =
+                        rustix::fs::statat(&dir, entry.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
                 }
             }
         }
