@@ -849,3 +849,65 @@ fn root_spelled_in_another_case_is_outside() {
         assert_outside(&read(jail, &p), &p, MessageType::FileRead);
     });
 }
+
+// ---- resolution cost, loops undone by `..`, over-long names -----------------------------------
+
+#[test]
+fn long_symlink_chains_with_huge_targets_are_cheap_to_refuse() {
+    both(|fx, jail| {
+        for i in 0..41 {
+            let target = format!("s{}{}", i + 1, "/x".repeat(2000));
+            symlink(target, fx.w.join(format!("s{i}"))).unwrap();
+        }
+        for i in 0..20 {
+            let target = format!("{}t{}", "x/../".repeat(800), i + 1);
+            symlink(target, fx.w.join(format!("t{i}"))).unwrap();
+        }
+        let out = read(jail, &fx.w("s0"));
+        assert!(out.reply.is_err());
+        let out = read(jail, &fx.w("t0"));
+        assert_violation(
+            &out,
+            ErrorCode::PathInvalidChars,
+            &fx.w("t0"),
+            MessageType::FileRead,
+        );
+    });
+}
+
+#[test]
+fn a_loop_removed_again_by_dotdot_does_not_hide_the_file() {
+    both(|fx, jail| {
+        symlink("b", fx.w.join("a")).unwrap();
+        symlink("a", fx.w.join("b")).unwrap();
+        assert_eq!(content(&read(jail, &fx.w("a/../f.txt"))), "hello");
+    });
+}
+
+#[test]
+fn a_link_to_an_over_long_name_is_refused_as_invalid_chars() {
+    both(|fx, jail| {
+        symlink("n".repeat(300), fx.w.join("long")).unwrap();
+        // The decision sees a missing component; the kernel refuses the name.
+        let p = fx.w("long");
+        assert_violation(
+            &read(jail, &p),
+            ErrorCode::PathInvalidChars,
+            &p,
+            MessageType::FileRead,
+        );
+    });
+}
+
+#[test]
+fn refusals_do_not_disclose_where_an_outside_path_leads() {
+    both(|fx, jail| {
+        symlink(&fx.o, fx.w.join("out")).unwrap();
+        let out = read(jail, &fx.w("out/secret"));
+        let message = out.reply.unwrap_err().message;
+        assert!(!message.contains(fx.o.to_str().unwrap()), "{message}");
+        let out = read(jail, "/proc/self/cwd/x");
+        let message = out.reply.unwrap_err().message;
+        assert!(!message.contains("/work"), "{message}");
+    });
+}

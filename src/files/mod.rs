@@ -176,6 +176,13 @@ pub(crate) fn jailed<T>(
         JailOutcome::Rejected(r) => JailedError::Rejected(r),
         JailOutcome::Failed(Step::Fail(f)) => JailedError::Failed(f),
         JailOutcome::Failed(Step::Reject(r)) => JailedError::Rejected(r),
+        // A name too long for the kernel, met through a symlink's target,
+        // is a path the jail cannot accept (JAIL.md §6.13).
+        JailOutcome::Failed(Step::Enforce(EnforceError::NameTooLong)) => {
+            JailedError::Rejected(Rejection::invalid_chars(format!(
+                "Path '{wire}' resolves to a name too long for the system"
+            )))
+        }
         JailOutcome::Failed(Step::Enforce(e)) => JailedError::Failed(enforce_error(e, wire)),
     })
 }

@@ -108,6 +108,9 @@ fn read_range(
     let want = usize::try_from(requested).unwrap_or(0);
     let mut buf = Vec::with_capacity(want.min(usize::try_from(remaining).unwrap_or(want)));
     let mut offset = req.offset;
+    // At or past the end there is nothing to read (and an offset beyond
+    // i64::MAX would make pread fail with EINVAL).
+    let want = if req.offset >= size { 0 } else { want };
     while buf.len() < want {
         let chunk = (want - buf.len()).min(CHUNK);
         let start = buf.len();

@@ -224,6 +224,13 @@ impl Jail {
         (self.root_dev, self.root_ino)
     }
 
+    /// True when `fd` sits on the root's mount (by mount id where the kernel
+    /// reports one, else by device). Used where a walk below the root opens
+    /// directories itself and `jail_no_xdev` is on.
+    pub fn on_root_mount(&self, fd: BorrowedFd<'_>) -> bool {
+        enforce::MountKey::of(fd).is_ok_and(|key| key == self.root_mount)
+    }
+
     /// True when mount crossings are refused (`jail_no_xdev`).
     pub fn no_xdev(&self) -> bool {
         self.options.no_xdev
@@ -266,7 +273,10 @@ impl Jail {
             return Err(replaced());
         }
         let pinned = rustix::fs::fstat(&self.root_fd).map_err(|_| replaced())?;
-        if FileType::from_raw_mode(pinned.st_mode) != FileType::Directory {
+        // A deleted directory keeps its inode while the fd is open; a new
+        // directory at the same path may even reuse the number. A link count
+        // of zero tells the pinned one is gone.
+        if FileType::from_raw_mode(pinned.st_mode) != FileType::Directory || pinned.st_nlink == 0 {
             return Err(replaced());
         }
         Ok(())
@@ -276,7 +286,7 @@ impl Jail {
     pub fn decide(&self, wire: &str) -> Result<Decision, Rejection> {
         self.check_root()?;
         let lexical = self.lexical(wire)?;
-        let resolved = self.resolve(&lexical);
+        let resolved = self.resolve(wire, &lexical)?;
         self.contain(wire, lexical, resolved)
     }
 
@@ -286,14 +296,20 @@ impl Jail {
     /// still names the pinned directory (this also keeps the decision stable
     /// if an ancestor of the root is later replaced by a link to it, as the
     /// reference, which re-resolves its root every time, would).
-    fn resolve(&self, lexical: &str) -> Resolved {
+    fn resolve(&self, wire: &str, lexical: &str) -> Result<Resolved, Rejection> {
         let root = self.root.trim_end_matches('/');
-        match lexical.strip_prefix(root) {
+        let resolved = match lexical.strip_prefix(root) {
             Some(rest) if rest.is_empty() || rest.starts_with('/') => {
                 resolve::resolve_from(self.root_components(), rest.as_bytes(), &Filesystem)
             }
             _ => resolve::resolve(lexical.as_bytes(), &Filesystem),
-        }
+        };
+        resolved.map_err(|resolve::TooComplex| {
+            Rejection::invalid_chars(format!(
+                "Cannot resolve path '{wire}': it needs more than {} steps",
+                resolve::MAX_RESOLVE_STEPS
+            ))
+        })
     }
 
     fn root_components(&self) -> Vec<OsString> {
@@ -337,10 +353,12 @@ impl Jail {
                 .iter()
                 .zip(&root_components)
                 .all(|(a, b)| a.as_bytes() == *b);
-        let resolved_text = String::from_utf8_lossy(&resolved.to_path_bytes()).into_owned();
         if !inside {
+            // Where an outside path leads is not disclosed: the resolution of
+            // e.g. /proc/<pid>/fd/N would otherwise act as a readlink oracle
+            // for anything outside the root.
             return Err(Rejection::outside(format!(
-                "Path '{wire}' (resolved to '{resolved_text}') is outside allowed_root '{}'",
+                "Path '{wire}' is outside allowed_root '{}'",
                 self.root
             )));
         }
@@ -370,7 +388,7 @@ impl Jail {
             return Ok(None);
         }
         let parent = if parent.is_empty() { "/" } else { parent };
-        let resolved = self.resolve(parent);
+        let resolved = self.resolve(wire, parent)?;
         match self.contain(wire, parent.to_owned(), resolved) {
             Ok(parent_decision) => Ok(Some(Entry {
                 parent: parent_decision.remainder,
