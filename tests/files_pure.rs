@@ -2,10 +2,13 @@
 //! (FILES.md §3.4), the glob filter of FILE_LIST (§4.4) and the base64 codec
 //! of FILE_READ / FILE_WRITE (§1.2 step 12, §2.2 step 2).
 
+// Test fixtures fail loudly by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use autogpt_shim::files::base64::{self, Base64Error};
-use autogpt_shim::files::glob::Pattern;
+use autogpt_shim::files::glob::{GlobTooLong, MAX_GLOB_CHARS, Pattern};
 use autogpt_shim::files::mime;
 
 // ---- mime: the stable core the specification names ---------------------------
@@ -394,6 +397,91 @@ fn pathological_star_pattern_finishes_in_polynomial_time() {
     // Exponential backtracking would not finish at all; quadratic work here is
     // a few hundred thousand comparisons.
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Names a listing may test: up to 100,000 entries (the examined-entry cap).
+const LISTING_NAMES: usize = 100_000;
+/// A long but realistic entry name length.
+const NAME_CHARS: usize = 200;
+
+#[test]
+fn run_of_unclosed_brackets_compiles_in_linear_time() {
+    // Each `[` is literal. Looking for a `]` after every one of them would be
+    // quadratic: about 3 × 10^10 steps here, which would hang the test run.
+    let run = "[".repeat(256 * 1024);
+    let pattern = Pattern::new(&run);
+    assert!(pattern.matches(&run));
+    assert!(!pattern.matches(&run[1..]));
+    // With a `]` at the end, the first `[` opens a set that swallows the
+    // whole run: one token matching `[` or `x`.
+    let pattern = Pattern::new(&format!("{run}x]"));
+    assert!(pattern.matches("["));
+    assert!(pattern.matches("x"));
+    assert!(!pattern.matches("[x"));
+}
+
+#[test]
+fn longest_run_of_unclosed_brackets_filters_a_full_listing() {
+    let pattern = Pattern::parse(&"[".repeat(MAX_GLOB_CHARS)).unwrap();
+    let short = "[".repeat(NAME_CHARS);
+    let other = "x".repeat(NAME_CHARS);
+    let matched = (0..LISTING_NAMES)
+        .filter(|i| pattern.matches(if i % 2 == 0 { &short } else { &other }))
+        .count();
+    assert_eq!(matched, 0);
+    assert!(pattern.matches(&"[".repeat(MAX_GLOB_CHARS)));
+}
+
+#[test]
+fn longest_set_filters_a_full_listing() {
+    // `*[...]` with 1,021 members that stay separate ranges (every other
+    // code point from U+0100), so membership cannot collapse to one range
+    // check. The star makes every name character meet the set: scanning the
+    // members for each test would be about 2 × 10^10 steps over the listing.
+    let members: String = (0..MAX_GLOB_CHARS as u32 - 3)
+        .map(|k| char::from_u32(0x100 + 2 * k).unwrap())
+        .collect();
+    let glob = format!("*[{members}]");
+    assert_eq!(glob.chars().count(), MAX_GLOB_CHARS);
+    let pattern = Pattern::parse(&glob).unwrap();
+
+    let last_member = members.chars().last().unwrap();
+    let between = char::from_u32(u32::from(last_member) - 1).unwrap();
+    let base = "a".repeat(NAME_CHARS - 1);
+    let hit = format!("{base}{last_member}");
+    let miss = format!("{base}{between}");
+    let matched = (0..LISTING_NAMES)
+        .filter(|i| pattern.matches(if i % 2 == 0 { &hit } else { &miss }))
+        .count();
+    assert_eq!(matched, LISTING_NAMES / 2);
+}
+
+#[test]
+fn parse_accepts_a_glob_of_exactly_the_limit() {
+    assert_eq!(MAX_GLOB_CHARS, 1024);
+    let glob = "a".repeat(MAX_GLOB_CHARS);
+    assert_eq!(Pattern::parse(&glob), Ok(Pattern::new(&glob)));
+    // The limit counts characters, not bytes.
+    assert!(Pattern::parse(&"é".repeat(MAX_GLOB_CHARS)).is_ok());
+}
+
+#[test]
+fn parse_refuses_a_glob_one_character_over_the_limit() {
+    assert_eq!(
+        Pattern::parse(&"a".repeat(MAX_GLOB_CHARS + 1)),
+        Err(GlobTooLong)
+    );
+    assert_eq!(
+        Pattern::parse(&"é".repeat(MAX_GLOB_CHARS + 1)),
+        Err(GlobTooLong)
+    );
+    assert_eq!(GlobTooLong.to_string(), "glob longer than 1024 characters");
+}
+
+#[test]
+fn parse_refuses_a_frame_sized_glob() {
+    let glob = "[".repeat(16 * 1024 * 1024);
+    assert_eq!(Pattern::parse(&glob), Err(GlobTooLong));
 }
 
 #[test]

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::glob::Pattern;
 use super::stat::mtime;
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
-use crate::jail::{EnforceError, identity};
+use crate::jail::EnforceError;
 use crate::protocol::{FileList, FileListEntry, FileListResponse, Message, MessageType};
 
 /// Largest honoured `max_entries`; larger requests are clamped.
@@ -58,13 +58,21 @@ pub fn list(ctx: &FileContext<'_>, req: &FileList) -> Outcome {
         let max = u64::try_from(req.max_entries)
             .unwrap_or(MAX_ENTRIES_CAP)
             .min(MAX_ENTRIES_CAP) as usize;
+        // The glob comes from the network and is matched against every
+        // examined name: an over-long one is an argument error, refused
+        // before any listing work.
+        let pattern = req
+            .glob
+            .as_deref()
+            .map(Pattern::parse)
+            .transpose()
+            .map_err(|e| Step::Fail(FileError::internal(e.to_string())))?;
         let walk = Walk {
             ctx,
             req,
-            pattern: req.glob.as_deref().map(Pattern::new),
+            pattern,
             base: d.resolved.clone(),
             max,
-            root_dev: ctx.jail.root_identity().0,
         };
         walk.run(fd).map_err(Step::Fail)
     });
@@ -98,7 +106,6 @@ struct Walk<'a> {
     pattern: Option<Pattern>,
     base: String,
     max: usize,
-    root_dev: u64,
 }
 
 /// One directory being listed: its stream, where it sits, and the sorted
@@ -172,14 +179,16 @@ impl Walk<'_> {
                     too_deep = true;
                     continue;
                 }
-                if self.ctx.jail.no_xdev() && identity(&st).0 != self.root_dev {
-                    continue;
-                }
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 // Unreadable or vanished subdirectories are skipped silently.
                 let Ok(child) = rustix::fs::openat(fd, name.as_str(), flags, Mode::empty()) else {
                     continue;
                 };
+                // With jail_no_xdev a mount inside the tree (a same-filesystem
+                // bind mount included) is listed but not entered.
+                if self.ctx.jail.no_xdev() && !self.ctx.jail.on_root_mount(child.as_fd()) {
+                    continue;
+                }
                 let Ok(dir) = Dir::new(child) else { continue };
                 stack.push(Level {
                     dir,
