@@ -606,9 +606,17 @@ fn bind_mount_inside_the_root_is_followed_unless_no_xdev() {
         let p = fx.w("mnt/secret");
         let followed = content(&read(&jail, &p));
         let refused = read(&strict, &p);
+        let mut req = list_req(&fx.w(""));
+        req.recursive = true;
+        let (listed_all, _) = names(&files::list(&ctx(&jail), &req));
+        let (listed_strict, _) = names(&files::list(&ctx(&strict), &req));
         run("umount", &[&mnt]);
         assert_eq!(followed, "secret");
         assert_outside(&refused, &p, MessageType::FileRead);
+        assert!(listed_all.contains(&p), "{listed_all:?}");
+        // The mount point itself is listed, but not entered.
+        assert!(listed_strict.contains(&fx.w("mnt")));
+        assert!(!listed_strict.contains(&p), "{listed_strict:?}");
     }
 }
 
