@@ -10,12 +10,15 @@
 //! * [`jail`] — the path jail: the Python-compatible accept/reject decision
 //!   and fd-based enforcement beneath a pinned root directory.
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
+//! * [`audit`] — the HMAC-chained audit log: records, canonical form,
+//!   verification.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
 //! it is confined to one small `sys` module with a `SAFETY` comment per block.
 #![deny(unsafe_code)]
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod exit;

@@ -47,6 +47,16 @@ pub(crate) fn parse_strict(text: &str) -> Result<Value, StrictJsonError> {
     }
 }
 
+/// [`parse_strict`] for audit log lines, with the failure as text (the
+/// verifier reports it in a `parse_error`).
+pub(crate) fn parse_strict_for_audit(text: &str) -> Result<Value, String> {
+    parse_strict(text).map_err(|e| match e {
+        StrictJsonError::TooDeep => "nesting too deep".to_owned(),
+        StrictJsonError::DuplicateKey(k) => format!("duplicate key {k:?}"),
+        StrictJsonError::Syntax(s) => s,
+    })
+}
+
 struct StrictSeed<'f> {
     depth: usize,
     failure: &'f RefCell<Option<StrictJsonError>>,

@@ -1,0 +1,16 @@
+//! The tamper-evident audit log (AUDIT.md).
+//!
+//! * `canonical` — the byte formats: canonical form, float `repr`, line spelling.
+//! * `record` — one record, its HMAC and its line.
+//! * `verify` — the verifier of AUDIT.md §10.1.
+//!
+//! This module never logs or prints a record's secrets (there are none by
+//! construction: callers put only the fields of AUDIT.md §3 into details)
+//! and never prints the key.
+
+pub mod canonical;
+pub mod record;
+pub mod verify;
+
+pub use record::{AuditKey, Details, Outcome, Record, Sealed};
+pub use verify::{Violation, ViolationKind, verify_bytes};
