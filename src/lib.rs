@@ -12,6 +12,8 @@
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
 //! * [`audit`] — the HMAC-chained audit log: records, canonical form,
 //!   verification.
+//! * [`timefmt`] — civil dates, the audit log's time stamps and the local
+//!   UTC offset from the TZif database, without libc.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
@@ -25,3 +27,4 @@ pub mod exit;
 pub mod files;
 pub mod jail;
 pub mod protocol;
+pub mod timefmt;
