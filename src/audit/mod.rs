@@ -3,14 +3,23 @@
 //! * `canonical` — the byte formats: canonical form, float `repr`, line spelling.
 //! * `record` — one record, its HMAC and its line.
 //! * `verify` — the verifier of AUDIT.md §10.1.
+//! * `writer` — the single writer thread: group commit, durable tickets,
+//!   recovery, rotation, the tail anchor, session-bound handles.
+//! * `anchor` — the sealed tail anchor.
 //!
 //! This module never logs or prints a record's secrets (there are none by
 //! construction: callers put only the fields of AUDIT.md §3 into details)
 //! and never prints the key.
 
+pub mod anchor;
 pub mod canonical;
 pub mod record;
 pub mod verify;
+pub mod writer;
 
 pub use record::{AuditKey, Details, Outcome, Record, Sealed};
 pub use verify::{Violation, ViolationKind, verify_bytes};
+pub use writer::{
+    AuditError, AuditLog, Durable, Entry, RotateReason, SessionAudit, Ticket, WriterOptions,
+    WriterThread,
+};

@@ -1,0 +1,926 @@
+//! The audit writer (AUDIT.md §1, §6.1, §8, §9): one thread owns the current
+//! file and the chain; callers submit records over a channel and receive a
+//! [`Ticket`] that completes only once the record is durable.
+//!
+//! Records that arrive together share one `fdatasync` (group commit); no
+//! ticket completes before the sync that covers it. A failed append or sync
+//! marks the writer unhealthy for good: every later record is refused and the
+//! daemon is expected to fail closed. Every descriptor it opens is
+//! close-on-exec (std's default), so none reaches a command. The writer never restarts a chain
+//! inside a file that already has records, never overwrites a rotated file,
+//! and never prints anything itself (warnings go to the caller's callback).
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use rustix::fs::{FlockOperation, Mode, OFlags, RenameFlags};
+use serde_json::{Value, json};
+
+use super::anchor::Anchor;
+use super::canonical::{CanonError, canonical};
+use super::record::{AuditKey, Details, Outcome, Record};
+use crate::protocol::json::parse_strict_for_audit;
+
+/// Size at which the current file is rotated before the next write (64 MiB).
+pub const ROTATE_AT_BYTES: u64 = 64 * 1024 * 1024;
+/// Age of the first record after which the file is rotated (30 days).
+pub const ROTATE_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Most records committed by one sync.
+const MAX_GROUP: usize = 512;
+
+/// Why a file was rotated (`AUDIT_ROTATED.details.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotateReason {
+    /// The file reached 64 MiB.
+    Size,
+    /// The first record is older than 30 days.
+    Age,
+    /// `audit rotate`.
+    Explicit,
+    /// A new audit key was created while the log had records.
+    KeyChange,
+    /// The file ended torn or with a record the key does not verify.
+    Recovery,
+}
+
+impl RotateReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            RotateReason::Size => "size",
+            RotateReason::Age => "age",
+            RotateReason::Explicit => "explicit",
+            RotateReason::KeyChange => "key_change",
+            RotateReason::Recovery => "recovery",
+        }
+    }
+}
+
+/// Why the writer could not be created or could not write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditError {
+    /// The directory, lock or file cannot be created or opened (start: 78).
+    Open(String),
+    /// Another process holds the writer lock (start: 78; `audit rotate`: 75).
+    Locked(PathBuf),
+    /// An append or sync failed: the record is not durable and the writer
+    /// refuses everything from now on (AUDIT.md §8.3).
+    WriteFailed(String),
+    /// An earlier write failed; nothing more is written.
+    Unhealthy(String),
+    /// A session-bound handle was asked to write under another session.
+    CrossSession,
+    /// A session-bound handle needs a non-empty session id.
+    EmptySession,
+    /// The record holds a value with no canonical form (a bug upstream).
+    Canonical(String),
+    /// The writer thread is gone.
+    Closed,
+}
+
+impl fmt::Display for AuditError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuditError::Open(why) => write!(f, "cannot open the audit log: {why}"),
+            AuditError::Locked(p) => write!(
+                f,
+                "audit log in use by another shim process (lock {} is held)",
+                p.display()
+            ),
+            AuditError::WriteFailed(why) => write!(f, "audit record could not be written: {why}"),
+            AuditError::Unhealthy(why) => {
+                write!(
+                    f,
+                    "the audit log failed earlier and accepts no more records: {why}"
+                )
+            }
+            AuditError::CrossSession => {
+                f.write_str("audit write attempted to cross session boundary")
+            }
+            AuditError::EmptySession => {
+                f.write_str("a session-bound audit handle needs a session id")
+            }
+            AuditError::Canonical(why) => write!(f, "audit record cannot be canonicalised: {why}"),
+            AuditError::Closed => f.write_str("the audit writer has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for AuditError {}
+
+impl From<CanonError> for AuditError {
+    fn from(e: CanonError) -> Self {
+        AuditError::Canonical(e.to_string())
+    }
+}
+
+/// A record to write; the writer adds `ts`, ids, `seq` and the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Operation or event name.
+    pub op: String,
+    /// The request's envelope id, when a request caused the record.
+    pub request_id: Option<String>,
+    /// Operation-specific fields, in on-disk order.
+    pub details: Details,
+    /// The outcome.
+    pub result: Outcome,
+    /// An explicit session; `None` uses the writer's default (or `"-"`).
+    pub session_id: Option<String>,
+}
+
+impl Entry {
+    /// An event with default result and no request.
+    pub fn event(op: &str, details: Details) -> Self {
+        Self {
+            op: op.to_owned(),
+            request_id: None,
+            details,
+            result: Outcome::default(),
+            session_id: None,
+        }
+    }
+}
+
+/// What a completed ticket reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durable {
+    /// The record's `seq` in its file.
+    pub seq: u64,
+    /// The record's `hmac`.
+    pub hmac: String,
+}
+
+/// A submitted record; [`Ticket::wait`] returns once it is durable.
+#[derive(Debug)]
+pub struct Ticket(Receiver<Result<Durable, AuditError>>);
+
+impl Ticket {
+    /// Blocks until the record is durable (or failed).
+    pub fn wait(self) -> Result<Durable, AuditError> {
+        self.0.recv().unwrap_or(Err(AuditError::Closed))
+    }
+}
+
+/// How the writer is set up.
+#[derive(Clone)]
+pub struct WriterOptions {
+    /// The current log file.
+    pub path: PathBuf,
+    /// `shim_version` of every record.
+    pub shim_version: String,
+    /// Default `machine_id` (`"-"` when `None`).
+    pub machine_id: Option<String>,
+    /// Default `session_id` (`"-"` when `None`): the legacy session.
+    pub default_session: Option<String>,
+    /// Size trigger (normally [`ROTATE_AT_BYTES`]).
+    pub rotate_at_bytes: u64,
+    /// Age trigger (normally [`ROTATE_AFTER`]).
+    pub rotate_after: Duration,
+    /// Rotate a non-empty file right after opening (a new key was created).
+    pub rotate_on_open: Option<RotateReason>,
+    /// Formats the rotation stamp `YYYYMMDD-HHMMSS` for a Unix time (local
+    /// time in production).
+    pub stamp: Arc<dyn Fn(i64) -> String + Send + Sync>,
+    /// Receives warnings (loose permissions tightened, a failed rotation).
+    pub warn: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl fmt::Debug for WriterOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterOptions")
+            .field("path", &self.path)
+            .field("rotate_at_bytes", &self.rotate_at_bytes)
+            .field("rotate_after", &self.rotate_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriterOptions {
+    /// Production defaults for `path`.
+    pub fn new(path: PathBuf, shim_version: &str) -> Self {
+        Self {
+            path,
+            shim_version: shim_version.to_owned(),
+            machine_id: None,
+            default_session: None,
+            rotate_at_bytes: ROTATE_AT_BYTES,
+            rotate_after: ROTATE_AFTER,
+            rotate_on_open: None,
+            stamp: Arc::new(crate::timefmt::local_stamp),
+            warn: Arc::new(|_| {}),
+        }
+    }
+}
+
+enum Request {
+    Record(Entry, Sender<Result<Durable, AuditError>>),
+    Rotate(RotateReason, Sender<Result<Option<PathBuf>, AuditError>>),
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    failed: AtomicBool,
+    reason: Mutex<String>,
+}
+
+impl Health {
+    fn fail(&self, why: &str) {
+        if let Ok(mut reason) = self.reason.lock() {
+            if reason.is_empty() {
+                *reason = why.to_owned();
+            }
+        }
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    fn reason(&self) -> String {
+        self.reason.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+/// A handle on the shared writer; cheap to clone, usable from any thread.
+#[derive(Clone, Debug)]
+pub struct AuditLog {
+    tx: Sender<Request>,
+    health: Arc<Health>,
+}
+
+/// The writer thread, joined when the daemon stops.
+#[derive(Debug)]
+pub struct WriterThread(JoinHandle<()>);
+
+impl WriterThread {
+    /// Waits for the thread to finish (after every handle was dropped).
+    pub fn join(self) {
+        let _ = self.0.join();
+    }
+}
+
+impl AuditLog {
+    /// Opens (or creates) the log, takes the writer lock, recovers the chain
+    /// and starts the writer thread.
+    pub fn open(
+        options: WriterOptions,
+        key: AuditKey,
+    ) -> Result<(AuditLog, WriterThread), AuditError> {
+        let state = State::open(options, key)?;
+        let (tx, rx) = unbounded();
+        let health = Arc::new(Health::default());
+        let thread_health = health.clone();
+        let handle = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || state.run(&rx, &thread_health))
+            .map_err(|e| AuditError::Open(format!("cannot start the writer thread: {e}")))?;
+        Ok((AuditLog { tx, health }, WriterThread(handle)))
+    }
+
+    /// True until a write has failed.
+    pub fn is_healthy(&self) -> bool {
+        !self.health.failed.load(Ordering::SeqCst)
+    }
+
+    /// Why the writer failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        (!self.is_healthy()).then(|| self.health.reason())
+    }
+
+    /// Submits a record; the ticket completes once it is durable.
+    pub fn submit(&self, entry: Entry) -> Ticket {
+        let (reply, rx) = bounded(1);
+        if !self.is_healthy() {
+            let _ = reply.send(Err(AuditError::Unhealthy(self.health.reason())));
+        } else if self.tx.send(Request::Record(entry, reply.clone())).is_err() {
+            let _ = reply.send(Err(AuditError::Closed));
+        }
+        Ticket(rx)
+    }
+
+    /// Writes a record and waits until it is durable.
+    pub fn write(&self, entry: Entry) -> Result<Durable, AuditError> {
+        self.submit(entry).wait()
+    }
+
+    /// Rotates now; `Ok(None)` when the current file is empty.
+    pub fn rotate(&self, reason: RotateReason) -> Result<Option<PathBuf>, AuditError> {
+        let (reply, rx) = bounded(1);
+        self.tx
+            .send(Request::Rotate(reason, reply))
+            .map_err(|_| AuditError::Closed)?;
+        rx.recv().unwrap_or(Err(AuditError::Closed))
+    }
+
+    /// A handle whose every record carries `session_id` (AUDIT.md §8.5).
+    pub fn bind(&self, session_id: &str) -> Result<SessionAudit, AuditError> {
+        if session_id.is_empty() {
+            return Err(AuditError::EmptySession);
+        }
+        Ok(SessionAudit {
+            log: self.clone(),
+            session_id: session_id.to_owned(),
+        })
+    }
+}
+
+/// A child runtime's view of the shared writer: bound to one session for
+/// its whole life.
+#[derive(Clone, Debug)]
+pub struct SessionAudit {
+    log: AuditLog,
+    session_id: String,
+}
+
+impl SessionAudit {
+    /// The bound session.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Submits a record under the bound session; an explicit other session
+    /// is refused and nothing is written.
+    pub fn submit(&self, mut entry: Entry) -> Ticket {
+        match &entry.session_id {
+            Some(s) if *s != self.session_id => {
+                let (reply, rx) = bounded(1);
+                let _ = reply.send(Err(AuditError::CrossSession));
+                return Ticket(rx);
+            }
+            _ => entry.session_id = Some(self.session_id.clone()),
+        }
+        self.log.submit(entry)
+    }
+
+    /// Writes a record and waits until it is durable.
+    pub fn write(&self, entry: Entry) -> Result<Durable, AuditError> {
+        self.submit(entry).wait()
+    }
+
+    /// True until a write has failed.
+    pub fn is_healthy(&self) -> bool {
+        self.log.is_healthy()
+    }
+}
+
+/// The chain position the next record takes.
+#[derive(Debug, Clone, PartialEq)]
+struct Chain {
+    seq: u64,
+    prev: Option<String>,
+    last_ts: f64,
+    /// `ts` of the file's first record (the age trigger), when known.
+    first_ts: Option<f64>,
+}
+
+impl Chain {
+    fn fresh() -> Self {
+        Self {
+            seq: 1,
+            prev: None,
+            last_ts: 0.0,
+            first_ts: None,
+        }
+    }
+}
+
+struct State {
+    options: WriterOptions,
+    key: AuditKey,
+    dir: OwnedFd,
+    name: String,
+    file: File,
+    size: u64,
+    chain: Chain,
+    _lock: File,
+}
+
+fn io_err(what: &str, path: &Path, e: impl fmt::Display) -> AuditError {
+    AuditError::Open(format!("{what} {}: {e}", path.display()))
+}
+
+fn now_ts() -> f64 {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    micros as f64 / 1e6
+}
+
+impl State {
+    fn open(options: WriterOptions, key: AuditKey) -> Result<State, AuditError> {
+        let path = options.path.clone();
+        let dir_path = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .ok_or_else(|| AuditError::Open(format!("{} has no directory", path.display())))?
+            .to_owned();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| AuditError::Open(format!("{} has no usable file name", path.display())))?
+            .to_owned();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir_path)
+            .map_err(|e| io_err("cannot create", &dir_path, e))?;
+        tighten(&dir_path, 0o700, &options)?;
+        let lock_path = dir_path.join(format!(".{name}.lock"));
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|e| io_err("cannot open", &lock_path, e))?;
+        match rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Err(AuditError::Locked(lock_path)),
+            Err(e) => return Err(io_err("cannot lock", &lock_path, e)),
+        }
+        let dir = rustix::fs::open(
+            &dir_path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("cannot open", &dir_path, e))?;
+        let file = open_current(&path, &dir)?;
+        tighten(&path, 0o600, &options)?;
+        let size = file
+            .metadata()
+            .map_err(|e| io_err("cannot stat", &path, e))?
+            .len();
+        let mut state = State {
+            options,
+            key,
+            dir,
+            name,
+            file,
+            size,
+            chain: Chain::fresh(),
+            _lock: lock,
+        };
+        match state.recover()? {
+            Recovered::Resume(chain) => {
+                state.chain = chain;
+                if let Some(reason) = state.options.rotate_on_open {
+                    if state.size > 0 {
+                        state.rotate(reason, true)?;
+                    }
+                }
+            }
+            Recovered::Unusable(last) => {
+                state.chain = last;
+                state.rotate(RotateReason::Recovery, true)?;
+            }
+        }
+        Ok(state)
+    }
+
+    /// AUDIT.md §6.1 with its hardening note: resume after the last complete
+    /// record if it verifies; otherwise the file must be rotated away.
+    fn recover(&mut self) -> Result<Recovered, AuditError> {
+        if self.size == 0 {
+            return Ok(Recovered::Resume(Chain::fresh()));
+        }
+        let path = self.options.path.clone();
+        let mut reader = File::open(&path).map_err(|e| io_err("cannot read", &path, e))?;
+        let (last_line, ends_with_lf) = last_complete_line(&mut reader, self.size)
+            .map_err(|e| io_err("cannot read", &path, e))?;
+        let first_ts = first_record_ts(&mut reader).ok().flatten();
+        let parsed = last_line
+            .as_deref()
+            .and_then(|line| self.verified_tail(line))
+            .map(|chain| Chain { first_ts, ..chain });
+        match parsed {
+            Some(chain) if ends_with_lf => Ok(Recovered::Resume(chain)),
+            Some(chain) => Ok(Recovered::Unusable(chain)),
+            None => Ok(Recovered::Unusable(Chain::fresh())),
+        }
+    }
+
+    /// The chain after `line`, if it is a record the current key verifies.
+    fn verified_tail(&self, line: &[u8]) -> Option<Chain> {
+        let text = std::str::from_utf8(line).ok()?;
+        let Value::Object(mut map) = parse_strict_for_audit(text).ok()? else {
+            return None;
+        };
+        let Some(Value::String(hmac)) = map.remove("hmac") else {
+            return None;
+        };
+        let seq = map.get("seq").and_then(Value::as_u64)?;
+        let ts = map.get("ts").and_then(Value::as_f64).unwrap_or(0.0);
+        let canonical = canonical(&Value::Object(map)).ok()?;
+        self.key
+            .verify_hex(canonical.as_bytes(), &hmac)
+            .then(|| Chain {
+                seq: seq + 1,
+                prev: Some(hmac),
+                last_ts: ts,
+                first_ts: None,
+            })
+    }
+
+    fn run(mut self, rx: &Receiver<Request>, health: &Health) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            self.handle_batch(batch, health);
+        }
+    }
+
+    fn handle_batch(&mut self, batch: Vec<Request>, health: &Health) {
+        let mut pending: Vec<(Durable, Sender<Result<Durable, AuditError>>)> = Vec::new();
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut staged = self.chain.clone();
+        for request in batch {
+            if health.failed.load(Ordering::SeqCst) {
+                refuse(request, &health.reason());
+                continue;
+            }
+            match request {
+                Request::Rotate(reason, reply) => {
+                    self.commit(&mut buffer, &mut pending, &staged, health);
+                    let result = if health.failed.load(Ordering::SeqCst) {
+                        Err(AuditError::Unhealthy(health.reason()))
+                    } else {
+                        self.rotate(reason, false)
+                            .inspect_err(|e| fail_if_write(e, health))
+                    };
+                    staged = self.chain.clone();
+                    let _ = reply.send(result);
+                }
+                Request::Record(entry, reply) => {
+                    if let Some(reason) = self.rotation_due(buffer.len() as u64) {
+                        self.commit(&mut buffer, &mut pending, &staged, health);
+                        if health.failed.load(Ordering::SeqCst) {
+                            let _ = reply.send(Err(AuditError::Unhealthy(health.reason())));
+                            continue;
+                        }
+                        match self.rotate(reason, false) {
+                            Ok(_) => {}
+                            Err(e @ AuditError::WriteFailed(_)) => {
+                                fail_if_write(&e, health);
+                                let _ = reply.send(Err(e));
+                                continue;
+                            }
+                            // A refused rename keeps the old file and chain.
+                            Err(_) => {}
+                        }
+                        staged = self.chain.clone();
+                    }
+                    match self.build(&entry, &mut staged) {
+                        Ok((line, durable)) => {
+                            buffer.extend_from_slice(line.as_bytes());
+                            buffer.push(b'\n');
+                            pending.push((durable, reply));
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    }
+                }
+            }
+        }
+        self.commit(&mut buffer, &mut pending, &staged, health);
+    }
+
+    /// Seals `entry` at the staged chain position and advances it.
+    fn build(&self, entry: &Entry, staged: &mut Chain) -> Result<(String, Durable), AuditError> {
+        let ts = now_ts().max(staged.last_ts);
+        let record = Record {
+            ts,
+            session_id: entry
+                .session_id
+                .clone()
+                .filter(|s| !s.is_empty())
+                .or_else(|| {
+                    self.options
+                        .default_session
+                        .clone()
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| "-".to_owned()),
+            machine_id: self
+                .options
+                .machine_id
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "-".to_owned()),
+            shim_version: self.options.shim_version.clone(),
+            request_id: entry.request_id.clone(),
+            op: entry.op.clone(),
+            details: entry.details.clone(),
+            result: entry.result.clone(),
+            seq: staged.seq,
+            prev_hmac: staged.prev.clone(),
+        };
+        let sealed = record.seal(&self.key)?;
+        let durable = Durable {
+            seq: staged.seq,
+            hmac: sealed.hmac.clone(),
+        };
+        if staged.seq == 1 {
+            staged.first_ts = Some(ts);
+        }
+        staged.seq += 1;
+        staged.prev = Some(sealed.hmac);
+        staged.last_ts = ts;
+        Ok((sealed.line, durable))
+    }
+
+    /// Appends the staged lines, syncs once, then acknowledges them.
+    fn commit(
+        &mut self,
+        buffer: &mut Vec<u8>,
+        pending: &mut Vec<(Durable, Sender<Result<Durable, AuditError>>)>,
+        staged: &Chain,
+        health: &Health,
+    ) {
+        if pending.is_empty() {
+            return;
+        }
+        let result = self.append(buffer);
+        match result {
+            Ok(()) => {
+                self.chain = staged.clone();
+                self.write_anchor();
+                for (durable, reply) in pending.drain(..) {
+                    let _ = reply.send(Ok(durable));
+                }
+            }
+            Err(why) => {
+                health.fail(&why);
+                for (_, reply) in pending.drain(..) {
+                    let _ = reply.send(Err(AuditError::WriteFailed(why.clone())));
+                }
+            }
+        }
+        buffer.clear();
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| format!("append to {}: {e}", self.options.path.display()))?;
+        rustix::fs::fdatasync(&self.file)
+            .map_err(|e| format!("sync of {}: {e}", self.options.path.display()))?;
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Replaces the anchor (AUDIT.md §4). It vouches only for records
+    /// already synced, so it needs no sync of its own: after a crash it may
+    /// lag behind the log, never run ahead of it.
+    fn write_anchor(&mut self) {
+        let Some(hmac) = self.chain.prev.clone() else {
+            return;
+        };
+        let anchor = Anchor {
+            file: self.name.clone(),
+            seq: self.chain.seq - 1,
+            hmac,
+        };
+        let tmp = format!(".{}.anchor.tmp", self.name);
+        let target = format!("{}.anchor", self.name);
+        let written = rustix::fs::openat(
+            &self.dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(io::Error::from)
+        .and_then(|fd| File::from(fd).write_all(anchor.to_line(&self.key).as_bytes()))
+        .and_then(|()| {
+            rustix::fs::renameat(&self.dir, tmp.as_str(), &self.dir, target.as_str())
+                .map_err(io::Error::from)
+        });
+        if let Err(e) = written {
+            (self.options.warn)(&format!("could not update the audit tail anchor: {e}"));
+        }
+    }
+
+    fn rotation_due(&self, staged_bytes: u64) -> Option<RotateReason> {
+        if self.size + staged_bytes >= self.options.rotate_at_bytes {
+            return Some(RotateReason::Size);
+        }
+        let first = self.chain.first_ts?;
+        (self.size > 0 && now_ts() - first > self.options.rotate_after.as_secs_f64())
+            .then_some(RotateReason::Age)
+    }
+
+    /// AUDIT.md §9.2 with the hardening notes: no-replace rename to the
+    /// first free stamped name, a new file created `O_EXCL` 0600, the
+    /// directory synced, then `AUDIT_ROTATED` as the new file's first record.
+    ///
+    /// `at_open`: a failure here stops the writer from being created at all
+    /// (recovery must never append to the old file).
+    fn rotate(
+        &mut self,
+        reason: RotateReason,
+        at_open: bool,
+    ) -> Result<Option<PathBuf>, AuditError> {
+        if self.size == 0 && reason == RotateReason::Explicit {
+            return Ok(None);
+        }
+        let stamp = (self.options.stamp)(now_ts() as i64);
+        let mut target = None;
+        for counter in 0u32..10_000 {
+            let candidate = if counter == 0 {
+                format!("{}.{stamp}", self.name)
+            } else {
+                format!("{}.{stamp}-{counter}", self.name)
+            };
+            match rustix::fs::renameat_with(
+                &self.dir,
+                self.name.as_str(),
+                &self.dir,
+                candidate.as_str(),
+                RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => {
+                    target = Some(candidate);
+                    break;
+                }
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => {
+                    let why = format!("rotation of {} failed: {e}", self.options.path.display());
+                    if at_open {
+                        return Err(AuditError::Open(why));
+                    }
+                    (self.options.warn)(&format!("{why}; still writing to the current file"));
+                    return Err(AuditError::Open(why));
+                }
+            }
+        }
+        let Some(rotated) = target else {
+            return Err(AuditError::Open(
+                "no free name for the rotated audit log".into(),
+            ));
+        };
+        self.file = open_current(&self.options.path, &self.dir).map_err(|e| match e {
+            AuditError::Open(why) => AuditError::WriteFailed(why),
+            other => other,
+        })?;
+        self.size = 0;
+        let previous = std::mem::replace(&mut self.chain, Chain::fresh());
+        let details = Details::new()
+            .with("reason", json!(reason.as_str()))
+            .with("previous_file", json!(rotated))
+            .with(
+                "previous_last_seq",
+                json!(previous.prev.as_ref().map(|_| previous.seq - 1)),
+            )
+            .with("previous_last_hmac", json!(previous.prev));
+        let mut staged = self.chain.clone();
+        let (line, _) = self.build(&Entry::event("AUDIT_ROTATED", details), &mut staged)?;
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        self.append(&bytes).map_err(AuditError::WriteFailed)?;
+        self.chain = staged;
+        self.write_anchor();
+        Ok(Some(self.options.path.with_file_name(rotated)))
+    }
+}
+
+enum Recovered {
+    /// Append after this chain position.
+    Resume(Chain),
+    /// The file cannot be appended to; the chain of its last good record
+    /// (for `AUDIT_ROTATED`), if any.
+    Unusable(Chain),
+}
+
+fn refuse(request: Request, reason: &str) {
+    match request {
+        Request::Record(_, reply) => {
+            let _ = reply.send(Err(AuditError::Unhealthy(reason.to_owned())));
+        }
+        Request::Rotate(_, reply) => {
+            let _ = reply.send(Err(AuditError::Unhealthy(reason.to_owned())));
+        }
+    }
+}
+
+fn fail_if_write(e: &AuditError, health: &Health) {
+    if let AuditError::WriteFailed(why) = e {
+        health.fail(why);
+    }
+}
+
+/// Opens the current file for appending, creating it `O_EXCL` with mode
+/// 0600 when absent (and syncing the directory so the new name is durable).
+fn open_current(path: &Path, dir: &OwnedFd) -> Result<File, AuditError> {
+    let created = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    match created {
+        Ok(file) => {
+            rustix::fs::fsync(dir.as_fd())
+                .map_err(|e| io_err("cannot sync the directory of", path, e))?;
+            Ok(file)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => OpenOptions::new()
+            .append(true)
+            // A symlink planted at the log's name is refused, not followed.
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+            .open(path)
+            .map_err(|e| io_err("cannot open", path, e)),
+        Err(e) => Err(io_err("cannot create", path, e)),
+    }
+}
+
+/// AUDIT.md §1.3: anything granting group/other access is tightened (and
+/// reported); failing to tighten is fatal.
+fn tighten(path: &Path, mode: u32, options: &WriterOptions) -> Result<(), AuditError> {
+    let meta = std::fs::metadata(path).map_err(|e| io_err("cannot stat", path, e))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io_err("cannot tighten permissions of", path, e))?;
+        (options.warn)(&format!(
+            "{} was accessible to other users; permissions set to {mode:o}",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The last LF-terminated line of a file of `size` bytes (scanning back as
+/// far as needed), and whether the file ends with LF.
+fn last_complete_line(file: &mut File, size: u64) -> io::Result<(Option<Vec<u8>>, bool)> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::Start(size - 1))?;
+    file.read_exact(&mut last)?;
+    let ends_with_lf = last[0] == b'\n';
+    // Position of the LF that ends the last complete line.
+    let end = if ends_with_lf {
+        size - 1
+    } else {
+        match rfind_lf(file, size, CHUNK)? {
+            Some(p) => p,
+            None => return Ok((None, false)),
+        }
+    };
+    let start = match rfind_lf(file, end, CHUNK)? {
+        Some(p) => p + 1,
+        None => 0,
+    };
+    let mut line = vec![0u8; (end - start) as usize];
+    file.seek(SeekFrom::Start(start))?;
+    file.read_exact(&mut line)?;
+    // Blank trailing lines are skipped by readers; an all-blank tail means
+    // there is no record to resume from.
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok((None, ends_with_lf));
+    }
+    Ok((Some(line), ends_with_lf))
+}
+
+/// The position of the last LF strictly before `before`.
+fn rfind_lf(file: &mut File, before: u64, chunk: u64) -> io::Result<Option<u64>> {
+    let mut end = before;
+    let mut buf = vec![0u8; chunk as usize];
+    while end > 0 {
+        let start = end.saturating_sub(chunk);
+        let len = (end - start) as usize;
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf[..len])?;
+        if let Some(i) = buf[..len].iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(start + i as u64));
+        }
+        end = start;
+    }
+    Ok(None)
+}
+
+/// `ts` of the first record (for the age trigger), reading at most 1 MiB.
+fn first_record_ts(file: &mut File) -> io::Result<Option<f64>> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut head = Vec::new();
+    file.take(1 << 20).read_to_end(&mut head)?;
+    let Some(end) = head.iter().position(|&b| b == b'\n') else {
+        return Ok(None);
+    };
+    let Ok(text) = std::str::from_utf8(&head[..end]) else {
+        return Ok(None);
+    };
+    Ok(parse_strict_for_audit(text)
+        .ok()
+        .and_then(|v| v.get("ts").and_then(Value::as_f64)))
+}

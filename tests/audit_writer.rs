@@ -1,0 +1,488 @@
+//! The audit writer: durable tickets, group commit under concurrency,
+//! session-bound handles, recovery of the chain on restart, rotation and its
+//! links, the tail anchor, the writer lock, and survival of `kill -9`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use autogpt_shim::audit::anchor::Anchor;
+use autogpt_shim::audit::{
+    AuditError, AuditKey, AuditLog, Details, Entry, Outcome, RotateReason, WriterOptions,
+    WriterThread, verify_bytes,
+};
+use serde_json::{Value, json};
+
+fn key() -> AuditKey {
+    AuditKey::new((0u8..32).collect()).unwrap()
+}
+
+fn options(path: &Path) -> WriterOptions {
+    let mut o = WriterOptions::new(path.to_owned(), "0.1.0-test");
+    o.machine_id = Some("machine-1".into());
+    // A fixed stamp exercises the collision counter.
+    o.stamp = Arc::new(|_| "20240405-194120".to_owned());
+    o
+}
+
+fn open(path: &Path) -> (AuditLog, WriterThread) {
+    AuditLog::open(options(path), key()).unwrap()
+}
+
+fn close(log: AuditLog, thread: WriterThread) {
+    drop(log);
+    thread.join();
+}
+
+fn entry(op: &str, i: u64) -> Entry {
+    Entry {
+        op: op.into(),
+        request_id: Some(format!("req-{i}")),
+        details: Details::new().with("i", json!(i)),
+        result: Outcome::default(),
+        session_id: None,
+    }
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn assert_clean(path: &Path) {
+    let violations = verify_bytes(&std::fs::read(path).unwrap(), &key());
+    assert!(violations.is_empty(), "{}: {violations:?}", path.display());
+}
+
+fn tmp() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("logs").join("audit.log");
+    (dir, path)
+}
+
+#[test]
+fn concurrent_writers_produce_a_gap_free_verifiable_chain() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    std::thread::scope(|s| {
+        for t in 0..10u64 {
+            let log = log.clone();
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let durable = log.write(entry("FILE_STAT", t * 1000 + i)).unwrap();
+                    assert!(durable.seq >= 1);
+                }
+            });
+        }
+    });
+    close(log, thread);
+    let recs = records(&path);
+    assert_eq!(recs.len(), 2000);
+    let seqs: Vec<u64> = recs.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=2000).collect::<Vec<_>>());
+    let mut ts = 0.0;
+    for r in &recs {
+        let t = r["ts"].as_f64().unwrap();
+        assert!(t >= ts, "ts went backwards");
+        ts = t;
+        assert_eq!(r["machine_id"], "machine-1");
+        assert_eq!(r["session_id"], "-");
+    }
+    assert_clean(&path);
+}
+
+#[test]
+fn tickets_report_the_durable_seq_and_hmac() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    let t1 = log.submit(entry("A", 1));
+    let t2 = log.submit(entry("B", 2));
+    let d1 = t1.wait().unwrap();
+    let d2 = t2.wait().unwrap();
+    close(log, thread);
+    let recs = records(&path);
+    assert_eq!((d1.seq, d2.seq), (1, 2));
+    assert_eq!(recs[0]["hmac"], d1.hmac.as_str());
+    assert_eq!(recs[1]["prev_hmac"], d1.hmac.as_str());
+    assert_eq!(recs[1]["hmac"], d2.hmac.as_str());
+}
+
+#[test]
+fn session_handles_stamp_their_session_and_refuse_another() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    let one = log.bind("session-1").unwrap();
+    let two = log.bind("session-2").unwrap();
+    assert_eq!(log.bind("").unwrap_err(), AuditError::EmptySession);
+    std::thread::scope(|s| {
+        for (h, n) in [(&one, 1u64), (&two, 2u64)] {
+            s.spawn(move || {
+                for i in 0..100 {
+                    h.write(entry("FILE_READ", n * 1000 + i)).unwrap();
+                }
+            });
+        }
+    });
+    let mut crossing = entry("FILE_READ", 0);
+    crossing.session_id = Some("session-2".into());
+    assert_eq!(one.write(crossing).unwrap_err(), AuditError::CrossSession);
+    drop((one, two));
+    close(log, thread);
+    let recs = records(&path);
+    assert_eq!(recs.len(), 200);
+    let sessions: BTreeSet<String> = recs
+        .iter()
+        .map(|r| r["session_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        sessions,
+        BTreeSet::from(["session-1".into(), "session-2".into()])
+    );
+    for r in &recs {
+        let i = r["details"]["i"].as_u64().unwrap();
+        let want = if i < 2000 { "session-1" } else { "session-2" };
+        assert_eq!(r["session_id"], want);
+    }
+    assert_clean(&path);
+}
+
+#[test]
+fn a_restarted_writer_continues_the_chain() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    for i in 0..3 {
+        log.write(entry("X", i)).unwrap();
+    }
+    close(log, thread);
+    let (log, thread) = open(&path);
+    for i in 3..5 {
+        log.write(entry("X", i)).unwrap();
+    }
+    close(log, thread);
+    let seqs: Vec<u64> = records(&path)
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_clean(&path);
+}
+
+fn rotated_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_str().unwrap();
+            n.starts_with("audit.log.2")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_torn_last_line_is_rotated_away_and_a_new_chain_starts() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    let mut last = None;
+    for i in 0..3 {
+        last = Some(log.write(entry("X", i)).unwrap());
+    }
+    close(log, thread);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"{\"ts\": 17123")
+        .unwrap();
+    let (log, thread) = open(&path);
+    log.write(entry("Y", 9)).unwrap();
+    close(log, thread);
+    let rotated = rotated_files(path.parent().unwrap());
+    assert_eq!(rotated.len(), 1);
+    let torn = verify_bytes(&std::fs::read(&rotated[0]).unwrap(), &key());
+    assert_eq!(torn[0].kind.as_str(), "truncated");
+    let recs = records(&path);
+    assert_eq!(recs[0]["op"], "AUDIT_ROTATED");
+    assert_eq!(recs[0]["seq"], 1);
+    assert_eq!(recs[0]["details"]["reason"], "recovery");
+    assert_eq!(recs[0]["details"]["previous_last_seq"], 3);
+    assert_eq!(
+        recs[0]["details"]["previous_last_hmac"],
+        last.unwrap().hmac.as_str()
+    );
+    assert_eq!(recs[1]["seq"], 2);
+    assert_clean(&path);
+}
+
+#[test]
+fn a_log_the_key_does_not_verify_is_never_appended_to() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    log.write(entry("X", 1)).unwrap();
+    close(log, thread);
+    let before = std::fs::read(&path).unwrap();
+    let other = AuditKey::new(vec![7u8; 32]).unwrap();
+    let (log, thread) = AuditLog::open(options(&path), other).unwrap();
+    log.write(entry("Y", 2)).unwrap();
+    close(log, thread);
+    let rotated = rotated_files(path.parent().unwrap());
+    assert_eq!(rotated.len(), 1);
+    assert_eq!(std::fs::read(&rotated[0]).unwrap(), before);
+    assert_eq!(records(&path)[0]["details"]["reason"], "recovery");
+}
+
+#[test]
+fn size_rotation_links_files_and_never_overwrites_a_rotated_file() {
+    let (_d, path) = tmp();
+    let mut o = options(&path);
+    o.rotate_at_bytes = 2000;
+    let (log, thread) = AuditLog::open(o, key()).unwrap();
+    for i in 0..40 {
+        log.write(entry("X", i)).unwrap();
+    }
+    close(log, thread);
+    let dir = path.parent().unwrap();
+    let rotated = rotated_files(dir);
+    assert!(rotated.len() >= 3, "{rotated:?}");
+    // Same stamp every time: the counter makes every name unique.
+    let names: Vec<String> = rotated
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect();
+    assert!(names.contains(&"audit.log.20240405-194120".to_owned()));
+    assert!(names.contains(&"audit.log.20240405-194120-1".to_owned()));
+    let mut all = rotated.clone();
+    all.push(path.clone());
+    let mut total = 0;
+    for file in &all {
+        assert_clean(file);
+        let recs = records(file);
+        total += recs.iter().filter(|r| r["op"] == "X").count();
+        if recs[0]["op"] == "AUDIT_ROTATED" {
+            assert_eq!(recs[0]["details"]["reason"], "size");
+            let prev = dir.join(recs[0]["details"]["previous_file"].as_str().unwrap());
+            let prev_recs = records(&prev);
+            let last = prev_recs.last().unwrap();
+            assert_eq!(recs[0]["details"]["previous_last_seq"], last["seq"]);
+            assert_eq!(recs[0]["details"]["previous_last_hmac"], last["hmac"]);
+        }
+    }
+    assert_eq!(total, 40);
+}
+
+#[test]
+fn explicit_rotation_of_an_empty_log_does_nothing() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    assert_eq!(log.rotate(RotateReason::Explicit).unwrap(), None);
+    log.write(entry("X", 1)).unwrap();
+    let rotated = log.rotate(RotateReason::Explicit).unwrap().unwrap();
+    close(log, thread);
+    assert!(rotated.exists());
+    assert_eq!(records(&path)[0]["details"]["reason"], "explicit");
+}
+
+#[test]
+fn a_second_writer_is_refused_while_the_first_holds_the_lock() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    match AuditLog::open(options(&path), key()) {
+        Err(AuditError::Locked(lock)) => assert!(lock.ends_with(".audit.log.lock")),
+        other => panic!("{other:?}"),
+    }
+    close(log, thread);
+    let (log, thread) = open(&path);
+    close(log, thread);
+}
+
+#[test]
+fn files_are_private_and_loose_permissions_are_tightened() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    log.write(entry("X", 1)).unwrap();
+    close(log, thread);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut o = options(&path);
+    let sink = warnings.clone();
+    o.warn = Arc::new(move |w| sink.lock().unwrap().push(w.to_owned()));
+    let (log, thread) = AuditLog::open(o, key()).unwrap();
+    close(log, thread);
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(warnings.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn the_tail_anchor_names_the_last_durable_record() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    let mut last = None;
+    for i in 0..5 {
+        last = Some(log.write(entry("X", i)).unwrap());
+    }
+    close(log, thread);
+    let text = std::fs::read_to_string(path.with_file_name("audit.log.anchor")).unwrap();
+    let anchor = Anchor::parse(&text, &key()).unwrap();
+    let last = last.unwrap();
+    assert_eq!(anchor.file, "audit.log");
+    assert_eq!(anchor.seq, last.seq);
+    assert_eq!(anchor.hmac, last.hmac);
+    assert!(Anchor::parse(&text.replace("\"seq\":5", "\"seq\":4"), &key()).is_err());
+    assert!(Anchor::parse(&text, &AuditKey::new(vec![1; 32]).unwrap()).is_err());
+}
+
+#[test]
+fn a_failed_write_refuses_every_later_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!("cannot mount a small tmpfs here (needs root); write-failure test not run");
+        return;
+    }
+    let path = mnt.join("audit.log");
+    let (log, thread) = open(&path);
+    let mut failed = None;
+    for i in 0..10_000 {
+        let mut e = entry("X", i);
+        e.details = Details::new().with("pad", json!("x".repeat(1000)));
+        if let Err(err) = log.write(e) {
+            failed = Some(err);
+            break;
+        }
+    }
+    let failed = failed.expect("a 64 KiB filesystem must fill up");
+    assert!(matches!(failed, AuditError::WriteFailed(_)), "{failed:?}");
+    assert!(!log.is_healthy());
+    assert!(matches!(
+        log.write(entry("Y", 0)).unwrap_err(),
+        AuditError::Unhealthy(_)
+    ));
+    close(log, thread);
+    let _ = Command::new("umount").arg(&mnt).status();
+}
+
+// ---- kill -9 ------------------------------------------------------------------------------------
+
+/// Run in a child process by `kill_9_loses_no_acknowledged_record`: writes
+/// from ten threads as fast as it can and prints every completed ticket.
+#[test]
+#[ignore = "helper process for kill_9_loses_no_acknowledged_record"]
+fn kill_9_child_writer() {
+    let Some(path) = std::env::var_os("AUDIT_KILL_CHILD_LOG") else {
+        return;
+    };
+    let (log, _thread) = open(Path::new(&path));
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    std::thread::scope(|s| {
+        for t in 0..10u64 {
+            let (log, out) = (log.clone(), out.clone());
+            s.spawn(move || {
+                for i in 0.. {
+                    let d = log.write(entry("FILE_WRITE", t * 1_000_000 + i)).unwrap();
+                    let mut o = out.lock().unwrap();
+                    writeln!(o, "{} {}", d.seq, d.hmac).unwrap();
+                    o.flush().unwrap();
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_record() {
+    let (_d, path) = tmp();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "kill_9_child_writer",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("AUDIT_KILL_CHILD_LOG", &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some((seq, hmac)) = line.split_once(' ') {
+                if let Ok(seq) = seq.parse::<u64>() {
+                    acked.push((seq, hmac.to_owned()));
+                }
+            }
+        }
+        acked
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let acked = reader.join().unwrap();
+    assert!(acked.len() > 100, "the child barely wrote: {}", acked.len());
+
+    // The log verifies up to its last complete record: at worst the final
+    // line is torn.
+    let bytes = std::fs::read(&path).unwrap();
+    let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    let complete = &bytes[..end];
+    let violations = verify_bytes(complete, &key());
+    assert!(violations.is_empty(), "{violations:?}");
+    let on_disk: std::collections::HashMap<u64, String> = std::str::from_utf8(complete)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["seq"].as_u64().unwrap(),
+                v["hmac"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (seq, hmac) in &acked {
+        assert_eq!(
+            on_disk.get(seq),
+            Some(hmac),
+            "acknowledged record {seq} missing"
+        );
+    }
+    eprintln!(
+        "kill -9: {} acknowledged, {} on disk, all present",
+        acked.len(),
+        on_disk.len()
+    );
+
+    // A new writer resumes (or, if the tail is torn, rotates it away).
+    let (log, thread) = open(&path);
+    log.write(entry("AFTER", 0)).unwrap();
+    close(log, thread);
+    assert_clean(&path);
+}
