@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use autogpt_shim::files::{self, Audit, FileContext, Outcome};
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
-    Ack, Encoding, ErrorCode, FileDelete, FileMove, FileWrite, Message, MessageType,
+    Ack, Encoding, ErrorCode, FileDelete, FileMove, FileStat, FileWrite, Message, MessageType,
 };
 use rustix::fs::Mode;
 
@@ -139,8 +140,44 @@ impl Fx {
         )
     }
 
+    fn stat(&self, path: &str, follow_symlinks: bool) -> Outcome {
+        files::stat(
+            &self.ctx(),
+            &FileStat {
+                path: path.to_owned(),
+                follow_symlinks,
+            },
+        )
+    }
+
+    /// A second jail on the same root with `jail_no_xdev` on and this
+    /// fixture's resolver.
+    fn no_xdev_jail(&self) -> Jail {
+        let jail = Jail::pin(
+            &self.w,
+            JailOptions {
+                force_walker: self.walker,
+                no_xdev: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(jail.no_xdev());
+        jail
+    }
+
     fn label(&self) -> &'static str {
         if self.walker { "walker" } else { "openat2" }
+    }
+}
+
+/// A context on another jail (umask 022, 1 MiB limit).
+fn ctx_of(jail: &Jail) -> FileContext<'_> {
+    FileContext {
+        jail,
+        max_file_size_bytes: 1024 * 1024,
+        refuse_multilink_reads: false,
+        umask: Mode::from_raw_mode(0o022),
     }
 }
 
@@ -662,7 +699,7 @@ fn writing_through_a_symlink_loop_is_internal_error() {
 }
 
 #[test]
-fn foreign_owned_single_link_file_is_written_in_place() {
+fn foreign_owned_single_link_file_keeps_its_owner_group_and_mode() {
     if !is_root() {
         println!("skipped: changing a file's owner needs root");
         return;
@@ -672,12 +709,15 @@ fn foreign_owned_single_link_file_is_written_in_place() {
         std::os::unix::fs::chown(&f, Some(4242), Some(4243)).unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
         let before = std::fs::metadata(&f).unwrap();
-        assert_ack(fx, &fx.write(&fx.p("f.txt"), "in place"));
+        assert_ack(fx, &fx.write(&fx.p("f.txt"), "replaced"));
         let after = std::fs::metadata(&f).unwrap();
-        assert_eq!(after.ino(), before.ino(), "same inode");
+        // Root gives the replacement to the old owner instead of writing in
+        // place, so a failure can never leave a half-written file.
+        assert_ne!(after.ino(), before.ino(), "replaced, not written in place");
         assert_eq!((after.uid(), after.gid()), (4242, 4243));
         assert_eq!(after.mode() & 0o7777, 0o640);
-        assert_eq!(std::fs::read(&f).unwrap(), b"in place");
+        assert_eq!(std::fs::read(&f).unwrap(), b"replaced");
+        assert!(temp_files(&fx.w).is_empty());
     });
 }
 
@@ -1472,5 +1512,532 @@ fn failed_write_removes_its_temp_file_and_keeps_the_old_content() {
         }
         assert_eq!(std::fs::read(fx.at("small/f")).unwrap(), b"old");
         assert!(!exists(&fx.at("small/new")));
+    });
+}
+
+#[test]
+fn foreign_owned_file_survives_a_failed_write_and_keeps_its_owner() {
+    if can_mount().is_none() {
+        return;
+    }
+    both(|fx| {
+        std::fs::create_dir(fx.at("small")).unwrap();
+        let _m = Tmpfs::mount_sized(&fx.at("small"), "64k").unwrap();
+        let f = fx.at("small/f");
+        std::fs::write(&f, "old content").unwrap();
+        std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let o = fx.write(&fx.p("small/f"), &"x".repeat(512 * 1024));
+        assert_error(fx, &o, ErrorCode::InternalError);
+        assert!(
+            message(&o).starts_with("Could not write file:"),
+            "{}",
+            message(&o)
+        );
+        let meta = std::fs::metadata(&f).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"old content");
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
+        assert!(temp_files(&fx.at("small")).is_empty());
+        assert_ack(fx, &fx.write(&fx.p("small/f"), "new"));
+        let meta = std::fs::metadata(&f).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
+        assert_eq!(meta.mode() & 0o7777, 0o664);
+    });
+}
+
+/// Set in the child process of the in-place write test: the jail root the
+/// child works in (and `…_WALKER` the resolver).
+const IN_PLACE_CHILD: &str = "AUTOGPT_SHIM_TEST_IN_PLACE_ROOT";
+const IN_PLACE_WALKER: &str = "AUTOGPT_SHIM_TEST_IN_PLACE_WALKER";
+
+#[test]
+fn in_place_write_of_a_foreign_file_reserves_space_before_touching_it() {
+    // Only a writer that cannot give files away writes in place, so the
+    // writes run in a child process of this test binary as `nobody`.
+    if let Some(w) = std::env::var_os(IN_PLACE_CHILD) {
+        in_place_child(Path::new(&w));
+        return;
+    }
+    if can_mount().is_none() {
+        return;
+    }
+    for walker in [false, true] {
+        let fx = Fx::new(walker);
+        let base = fx.w.parent().unwrap();
+        std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(fx.at("small")).unwrap();
+        let _m = Tmpfs::mount_sized(&fx.at("small"), "64k").unwrap();
+        let f = fx.at("small/f");
+        std::fs::write(&f, "old content").unwrap();
+        std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let before = std::fs::metadata(&f).unwrap();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "in_place_write_of_a_foreign_file_reserves_space_before_touching_it",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(IN_PLACE_CHILD, &fx.w)
+            .env(IN_PLACE_WALKER, if walker { "1" } else { "0" })
+            .uid(65534)
+            .gid(65534)
+            .output();
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                println!("skipped: cannot run the test binary as nobody: {e}");
+                return;
+            }
+        };
+        assert!(
+            out.status.success(),
+            "[{}] child failed:\n{}\n{}",
+            fx.label(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let after = std::fs::metadata(&f).unwrap();
+        assert_eq!(
+            after.ino(),
+            before.ino(),
+            "[{}] written in place",
+            fx.label()
+        );
+        assert_eq!((after.uid(), after.gid()), (1000, 1000));
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        drop(_m);
+        assert_eq!(snapshot(&fx.o), fx.canary);
+    }
+}
+
+/// The child's part: an oversized in-place write fails before touching the
+/// file (the reservation fails), a fitting one succeeds.
+fn in_place_child(w: &Path) {
+    assert!(!is_root(), "the child must not run as root");
+    let walker = std::env::var_os(IN_PLACE_WALKER).is_some_and(|v| v == "1");
+    let jail = Jail::pin(
+        w,
+        JailOptions {
+            force_walker: walker,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ctx = ctx_of(&jail);
+    let f = w.join("small/f");
+    let path = f.to_str().unwrap();
+    let o = files::write(&ctx, &write_req(path, &"x".repeat(512 * 1024), false));
+    let err = o.reply.expect_err("an oversized write must fail");
+    assert_eq!(err.code, ErrorCode::InternalError, "{}", err.message);
+    assert!(
+        err.message.starts_with("Could not write file:"),
+        "{}",
+        err.message
+    );
+    assert_eq!(std::fs::read(&f).unwrap(), b"old content");
+    let o = files::write(&ctx, &write_req(path, "new", false));
+    assert_eq!(o.reply, Ok(Message::Ack(Ack::OK)));
+}
+
+// ---- jail_no_xdev at the final entry ---------------------------------------------
+
+/// A bind or overlay mount for one test, unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn bind(from: &Path, at: &Path) -> Option<Mounted> {
+        let status = Command::new("mount")
+            .arg("--bind")
+            .arg(from)
+            .arg(at)
+            .status()
+            .ok()?;
+        status.success().then(|| Mounted(at.to_path_buf()))
+    }
+
+    /// An overlay of `base/lower` (upper and work directories beside it)
+    /// at `base/ov`. With `redirect_dir=off` renaming a directory of the
+    /// lower layer fails with `EXDEV` although both names are on one mount.
+    fn overlay(base: &Path) -> Option<Mounted> {
+        for d in ["upper", "work", "ov"] {
+            std::fs::create_dir_all(base.join(d)).ok()?;
+        }
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={},redirect_dir=off",
+            base.join("lower").display(),
+            base.join("upper").display(),
+            base.join("work").display()
+        );
+        let status = Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &options])
+            .arg(base.join("ov"))
+            .status()
+            .ok()?;
+        status.success().then(|| Mounted(base.join("ov")))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// `Some` when bind mounts can be made here; prints why not otherwise.
+fn can_bind() -> Option<()> {
+    if !is_root() {
+        println!("skipped: bind mounts need root");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a"), "a").unwrap();
+    std::fs::write(dir.path().join("b"), "b").unwrap();
+    if Mounted::bind(&dir.path().join("a"), &dir.path().join("b")).is_none() {
+        println!("skipped: `mount --bind` is not permitted here");
+        return None;
+    }
+    Some(())
+}
+
+/// Like [`both`], with the outside file `o/secret` (owned by uid 1000)
+/// bind-mounted at `w/mounted.txt` and the outside directory `o/dir` at
+/// `w/md` — the same filesystem, so only the mount tells them apart.
+fn both_with_binds(body: impl Fn(&Fx)) {
+    if can_bind().is_none() {
+        return;
+    }
+    both(|fx| {
+        std::os::unix::fs::chown(fx.o.join("secret"), Some(1000), Some(1000)).unwrap();
+        std::fs::write(fx.at("mounted.txt"), "placeholder").unwrap();
+        std::fs::create_dir(fx.at("md")).unwrap();
+        let _f = Mounted::bind(&fx.o.join("secret"), &fx.at("mounted.txt")).expect("bind file");
+        let _d = Mounted::bind(&fx.o.join("dir"), &fx.at("md")).expect("bind directory");
+        body(fx);
+    });
+}
+
+#[test]
+fn no_xdev_write_onto_a_bind_mounted_file_is_a_violation() {
+    both_with_binds(|fx| {
+        let jail = fx.no_xdev_jail();
+        let path = fx.p("mounted.txt");
+        let o = files::write(&ctx_of(&jail), &write_req(&path, "pwned", false));
+        assert_violation(
+            fx,
+            &o,
+            ErrorCode::PathOutsideAllowedRoot,
+            &path,
+            MessageType::FileWrite,
+        );
+        assert!(message(&o).contains("jail_no_xdev"), "{}", message(&o));
+        assert_eq!(std::fs::read(fx.o.join("secret")).unwrap(), b"secret");
+        assert!(temp_files(&fx.w).is_empty());
+    });
+}
+
+#[test]
+fn no_xdev_create_parents_through_a_bind_mount_is_a_violation_and_creates_nothing() {
+    both_with_binds(|fx| {
+        let jail = fx.no_xdev_jail();
+        let path = fx.p("md/new/x.txt");
+        let o = files::write(&ctx_of(&jail), &write_req(&path, "x", true));
+        assert_violation(
+            fx,
+            &o,
+            ErrorCode::PathOutsideAllowedRoot,
+            &path,
+            MessageType::FileWrite,
+        );
+        assert!(!exists(&fx.o.join("dir/new")));
+    });
+}
+
+#[test]
+fn no_xdev_move_of_a_bind_mounted_file_is_a_violation() {
+    both_with_binds(|fx| {
+        let jail = fx.no_xdev_jail();
+        let ctx = ctx_of(&jail);
+        let mv = |src: &str, dst: &str, overwrite: bool| {
+            files::move_entry(
+                &ctx,
+                &FileMove {
+                    src: src.to_owned(),
+                    dst: dst.to_owned(),
+                    overwrite,
+                },
+            )
+        };
+        // As the source: nothing is copied in.
+        let (src, dst) = (fx.p("mounted.txt"), fx.p("sub/copy.txt"));
+        let o = mv(&src, &dst, false);
+        let both_paths = format!("{src} -> {dst}");
+        assert_violation(
+            fx,
+            &o,
+            ErrorCode::PathOutsideAllowedRoot,
+            &both_paths,
+            MessageType::FileMove,
+        );
+        assert!(!exists(&fx.at("sub/copy.txt")));
+        // As the destination, and a bind-mounted directory as the source.
+        for (src, dst) in [
+            (fx.p("f.txt"), fx.p("mounted.txt")),
+            (fx.p("md"), fx.p("sub/md")),
+        ] {
+            let o = mv(&src, &dst, true);
+            assert_violation(
+                fx,
+                &o,
+                ErrorCode::PathOutsideAllowedRoot,
+                &format!("{src} -> {dst}"),
+                MessageType::FileMove,
+            );
+        }
+        assert_eq!(std::fs::read(fx.at("f.txt")).unwrap(), b"hello");
+        assert!(!exists(&fx.at("sub/md")));
+    });
+}
+
+#[test]
+fn no_xdev_stat_without_following_a_bind_mount_is_a_violation() {
+    both_with_binds(|fx| {
+        let jail = fx.no_xdev_jail();
+        for name in ["mounted.txt", "md"] {
+            let path = fx.p(name);
+            let o = files::stat(
+                &ctx_of(&jail),
+                &FileStat {
+                    path: path.clone(),
+                    follow_symlinks: false,
+                },
+            );
+            assert_violation(
+                fx,
+                &o,
+                ErrorCode::PathOutsideAllowedRoot,
+                &path,
+                MessageType::FileStat,
+            );
+        }
+        // Without jail_no_xdev the mounted object is reported (documented).
+        let o = fx.stat(&fx.p("mounted.txt"), false);
+        assert!(o.reply.is_ok(), "{o:?}");
+    });
+}
+
+#[test]
+fn no_xdev_delete_of_a_bind_mount_is_a_violation() {
+    both_with_binds(|fx| {
+        let jail = fx.no_xdev_jail();
+        for (name, recursive) in [("mounted.txt", false), ("md", true), ("md", false)] {
+            let path = fx.p(name);
+            let o = files::delete(
+                &ctx_of(&jail),
+                &FileDelete {
+                    path: path.clone(),
+                    recursive,
+                    missing_ok: false,
+                },
+            );
+            assert_violation(
+                fx,
+                &o,
+                ErrorCode::PathOutsideAllowedRoot,
+                &path,
+                MessageType::FileDelete,
+            );
+        }
+        assert_eq!(std::fs::read(fx.o.join("dir/inner.txt")).unwrap(), b"inner");
+    });
+}
+
+#[test]
+fn recursive_delete_refuses_a_same_filesystem_bind_mount_inside_the_tree() {
+    if can_bind().is_none() {
+        return;
+    }
+    both(|fx| {
+        std::fs::create_dir_all(fx.at("tree/m")).unwrap();
+        let _b = Mounted::bind(&fx.o.join("dir"), &fx.at("tree/m")).unwrap();
+        let o = fx.delete(&fx.p("tree"), true, false);
+        assert_error(fx, &o, ErrorCode::InternalError);
+        assert!(
+            message(&o).contains("refusing to cross a filesystem boundary"),
+            "{}",
+            message(&o)
+        );
+        assert_eq!(std::fs::read(fx.at("tree/m/inner.txt")).unwrap(), b"inner");
+    });
+}
+
+#[test]
+fn moving_a_bind_mounted_file_is_refused_and_copies_nothing() {
+    both_with_binds(|fx| {
+        let o = fx.mv(&fx.p("mounted.txt"), &fx.p("sub/copy.txt"), false);
+        assert_error(fx, &o, ErrorCode::InternalError);
+        assert!(message(&o).contains("mount point"), "{}", message(&o));
+        assert!(!exists(&fx.at("sub/copy.txt")));
+        assert!(temp_files(&fx.at("sub")).is_empty());
+    });
+}
+
+#[test]
+fn copying_move_refuses_a_bind_mounted_file_inside_the_tree() {
+    // A move falls back to copying on one mount too: an overlay refuses to
+    // rename a directory of its lower layer (EXDEV). The jail root lies on
+    // the overlay, so jail_no_xdev allows the move itself.
+    if can_bind().is_none() {
+        return;
+    }
+    for walker in [false, true] {
+        let label = if walker { "walker" } else { "openat2" };
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let o = base.join("o");
+        std::fs::create_dir(&o).unwrap();
+        std::fs::write(o.join("secret"), "secret").unwrap();
+        for tree in ["lower/w/tree", "lower/w/plain"] {
+            std::fs::create_dir_all(base.join(tree)).unwrap();
+            std::fs::write(base.join(tree).join("file"), "inside").unwrap();
+        }
+        std::fs::write(base.join("lower/w/tree/mounted"), "placeholder").unwrap();
+        let Some(_ov) = Mounted::overlay(&base) else {
+            println!("skipped: overlay mounts are not permitted here");
+            return;
+        };
+        let w = base.join("ov/w");
+        std::fs::create_dir(w.join("sub")).unwrap();
+        let _b = Mounted::bind(&o.join("secret"), &w.join("tree/mounted")).unwrap();
+        let jail = Jail::pin(
+            &w,
+            JailOptions {
+                force_walker: walker,
+                no_xdev: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let ctx = ctx_of(&jail);
+        let mv = |src: &str, dst: &str| {
+            let (src, dst) = (
+                format!("{}/{src}", w.display()),
+                format!("{}/{dst}", w.display()),
+            );
+            let out = files::move_entry(
+                &ctx,
+                &FileMove {
+                    src: src.clone(),
+                    dst: dst.clone(),
+                    overwrite: false,
+                },
+            );
+            (out, format!("{src} -> {dst}"))
+        };
+        // Without a mount in it, the copying move works.
+        let (out, _) = mv("plain", "sub/plain");
+        assert_eq!(out.reply, Ok(Message::Ack(Ack::OK)), "[{label}]");
+        assert_eq!(std::fs::read(w.join("sub/plain/file")).unwrap(), b"inside");
+        assert!(std::fs::symlink_metadata(w.join("plain")).is_err());
+        // With a bind-mounted file in it, nothing is copied.
+        let (out, both_paths) = mv("tree", "sub/tree");
+        assert_eq!(
+            out.reply.as_ref().map_err(|e| e.code),
+            Err(ErrorCode::PathOutsideAllowedRoot),
+            "[{label}] {out:?}"
+        );
+        assert_eq!(
+            out.audit,
+            Audit::JailViolation {
+                code: ErrorCode::PathOutsideAllowedRoot,
+                path: both_paths,
+                attempted_op: MessageType::FileMove,
+            },
+            "[{label}]"
+        );
+        assert!(!exists(&w.join("sub/tree")), "[{label}]");
+        assert!(temp_files(&w.join("sub")).is_empty(), "[{label}]");
+        assert_eq!(std::fs::read(w.join("tree/file")).unwrap(), b"inside");
+        // Without jail_no_xdev the mount is not a violation, but it is not
+        // copied either (its source could not be removed afterwards).
+        let plain_jail = Jail::pin(
+            &w,
+            JailOptions {
+                force_walker: walker,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let out = files::move_entry(
+            &ctx_of(&plain_jail),
+            &FileMove {
+                src: format!("{}/tree", w.display()),
+                dst: format!("{}/sub/tree", w.display()),
+                overwrite: false,
+            },
+        );
+        let err = out.reply.expect_err("the move must fail");
+        assert_eq!(err.code, ErrorCode::InternalError, "[{label}]");
+        assert!(
+            err.message
+                .contains("refusing to cross a filesystem boundary"),
+            "[{label}] {}",
+            err.message
+        );
+        assert!(!exists(&w.join("sub/tree")), "[{label}]");
+        assert!(temp_files(&w.join("sub")).is_empty(), "[{label}]");
+        drop(_b);
+        assert_eq!(std::fs::read(o.join("secret")).unwrap(), b"secret");
+    }
+}
+
+// ---- depth, loops, create_parents -----------------------------------------------
+
+#[test]
+fn cross_device_move_of_a_tree_deeper_than_the_copy_limit_is_refused_untouched() {
+    both_with_mount(|fx| {
+        let mut rel = String::from("deep");
+        for _ in 0..300 {
+            rel.push_str("/d");
+        }
+        std::fs::create_dir_all(fx.at(&rel)).unwrap();
+        std::fs::write(fx.at(&format!("{rel}/leaf")), "x").unwrap();
+        let o = fx.mv(&fx.p("deep"), &fx.p("mnt/deep"), false);
+        assert_error(fx, &o, ErrorCode::InternalError);
+        assert!(message(&o).contains("deeper than 256"), "{}", message(&o));
+        assert_eq!(std::fs::read(fx.at(&format!("{rel}/leaf"))).unwrap(), b"x");
+        assert!(!exists(&fx.at("mnt/deep")));
+        assert!(temp_files(&fx.at("mnt")).is_empty());
+    });
+}
+
+#[test]
+fn stat_without_following_below_a_symlink_loop_is_internal_error() {
+    both(|fx| {
+        symlink("b", fx.at("a")).unwrap();
+        symlink("a", fx.at("b")).unwrap();
+        let o = fx.stat(&fx.p("a/x"), false);
+        assert_error(fx, &o, ErrorCode::InternalError);
+        assert!(
+            message(&o).contains("Too many levels of symbolic links"),
+            "{}",
+            message(&o)
+        );
+    });
+}
+
+#[test]
+fn create_parents_creates_a_long_chain_of_directories() {
+    both(|fx| {
+        let mut rel = String::from("chain");
+        for i in 0..300 {
+            rel.push_str(&format!("/{}", i % 10));
+        }
+        let file = format!("{rel}/leaf.txt");
+        assert_ack(fx, &fx.write_parents(&fx.p(&file), "leaf"));
+        assert_eq!(std::fs::read(fx.at(&file)).unwrap(), b"leaf");
+        assert!(fx.at(&rel).is_dir());
     });
 }

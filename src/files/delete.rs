@@ -3,11 +3,15 @@
 //! a whole directory tree beneath it.
 //!
 //! The recursive delete (FILES.md §5.3) works on descriptors only: an
-//! explicit stack of open directories, one per level, entries examined with
-//! `fstatat(AT_SYMLINK_NOFOLLOW)`. It must never follow a symlink, never
-//! descend into another filesystem (a mount inside the root may be an
-//! outside directory, JAIL.md D12) and never remove the root directory
-//! itself (JAIL.md §6.9), however the request spells it.
+//! explicit stack with one entry per level, of which only the deepest few
+//! dozen hold an open directory (ancestors are re-entered through a
+//! verified `..`, so depth does not exhaust descriptors), entries examined
+//! with `fstatat(AT_SYMLINK_NOFOLLOW)`. It must never follow a symlink,
+//! never descend into another filesystem or mount (a mount inside the root
+//! may be an outside directory, JAIL.md D12), never continue in a directory
+//! it has not verified and never remove the root directory itself (JAIL.md
+//! §6.9), however the request spells it. With `jail_no_xdev` a mount point
+//! named by the request is refused as a jail violation.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -52,6 +56,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
         if jail.is_root(&st) {
             return Err(Step::Reject(root_refusal(&req.path)));
         }
+        super::entry_mount_ok(jail, dir.as_fd(), &entry.name, &d.resolved)?;
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             if req.recursive {
                 return delete_tree(jail, dir.as_fd(), &entry.name, &d.resolved);
@@ -149,12 +154,25 @@ impl FsId {
 
     /// True when `other` is on a different filesystem or mount.
     pub(super) fn differs(&self, other: &FsId) -> bool {
-        if self.dev != other.dev {
-            return true;
-        }
-        match (self.mount, other.mount) {
-            (Some(a), Some(b)) => a != b,
-            _ => false,
+        self.dev != other.dev || self.mount_differs(other)
+    }
+
+    /// True when the kernel reported mount ids for both and they differ.
+    /// For a non-directory this is the only reliable "mount point" test: an
+    /// overlay whose layers span filesystems reports the layer's device for
+    /// files but its own for directories, though nothing is mounted there.
+    pub(super) fn mount_differs(&self, other: &FsId) -> bool {
+        matches!((self.mount, other.mount), (Some(a), Some(b)) if a != b)
+    }
+
+    /// [`FsId::differs`] for a directory, [`FsId::mount_differs`] for
+    /// anything else: is the entry examined as `st` a mount point (or on
+    /// another filesystem) relative to `other`, its directory?
+    pub(super) fn entry_differs(&self, other: &FsId, st: &Stat) -> bool {
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            self.differs(other)
+        } else {
+            self.mount_differs(other)
         }
     }
 }
@@ -176,17 +194,29 @@ pub(super) fn boundary_error(shown: &str) -> Step {
     )))
 }
 
-/// One open directory of the tree being removed.
+/// How many directories of a tree being removed are kept open at once.
+/// Deeper levels close their ancestors' descriptors and re-enter them
+/// through `..` on the way back up, so a tree of any depth needs a bounded
+/// number of descriptors (a platform can build trees thousands of levels
+/// deep, far beyond a 1024 descriptor limit).
+const OPEN_LEVELS: usize = 64;
+
+/// One directory of the tree being removed.
 struct Level {
-    dir: Dir,
+    /// `None` while closed to stay within [`OPEN_LEVELS`]; the top of the
+    /// stack is always open.
+    dir: Option<Dir>,
     name: OsString,
+    /// `(st_dev, st_ino)` when opened: re-entering through `..` must find
+    /// this very directory.
+    id: (u64, u64),
     fs: FsId,
     rescans: u8,
 }
 
 /// Opens the directory `name` in `parent` (whose `fstatat` is `st`) for
-/// removal of its contents, refusing the root and other filesystems and
-/// checking that what was opened is what was examined.
+/// removal of its contents, refusing the root and other filesystems or
+/// mounts and checking that what was opened is what was examined.
 fn open_level(
     jail: &Jail,
     parent: BorrowedFd<'_>,
@@ -206,11 +236,33 @@ fn open_level(
     let fd = open_subdir(parent, name, st, shown)?;
     let dir = Dir::new(fd).map_err(|e| Step::Fail(os_error(shown, e)))?;
     Ok(Level {
-        dir,
+        dir: Some(dir),
         name: name.to_owned(),
+        id: identity(st),
         fs,
         rescans: 0,
     })
+}
+
+/// Re-opens the closed directory `above` from its child `child` through
+/// `..`, and only if it is still the directory recorded when it was first
+/// opened: a directory moved elsewhere meanwhile must not be emptied.
+fn reenter(child: BorrowedFd<'_>, above: &Level, shown: &str) -> Result<Dir, Step> {
+    let fail = |e: Errno| Step::Fail(os_error(shown, e));
+    let fd = rustix::fs::openat(
+        child,
+        "..",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail)?;
+    let st = rustix::fs::fstat(&fd).map_err(fail)?;
+    if identity(&st) != above.id {
+        return Err(Step::Fail(FileError::internal(format!(
+            "{shown}: directory tree changed during delete"
+        ))));
+    }
+    Dir::new(fd).map_err(fail)
 }
 
 /// `openat(parent, name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW)`, verified to be
@@ -239,8 +291,14 @@ pub(super) fn open_subdir(
 
 /// FILES.md §5.3: removes the directory `name` in `parent` and everything
 /// beneath it, depth first, without following links or leaving the
-/// filesystem. The first error stops the walk; what was removed stays
-/// removed.
+/// filesystem (or mount). The first error stops the walk; what was removed
+/// stays removed.
+///
+/// At most [`OPEN_LEVELS`] directories are open at a time. A directory
+/// whose descriptor was closed is re-entered from its last child through
+/// `..` (verified by identity) and listed again from the start: everything
+/// already handled in it is gone, so the new listing holds exactly what is
+/// left to do.
 pub(super) fn delete_tree(
     jail: &Jail,
     parent: BorrowedFd<'_>,
@@ -255,7 +313,13 @@ pub(super) fn delete_tree(
     }
     let mut stack = vec![open_level(jail, parent, &parent_fs, name, &st, shown)?];
     while let Some(level) = stack.last_mut() {
-        let next = match level.dir.read() {
+        let Some(dir) = level.dir.as_mut() else {
+            // The top is re-opened before it becomes the top again.
+            return Err(Step::Fail(FileError::internal(format!(
+                "{shown}: directory tree changed during delete"
+            ))));
+        };
+        let next = match dir.read() {
             Some(Ok(entry)) => Some(OsString::from_vec(entry.file_name().to_bytes().to_vec())),
             Some(Err(e)) => return Err(fail(e)),
             None => None,
@@ -263,15 +327,26 @@ pub(super) fn delete_tree(
         let Some(child) = next else {
             // This level is empty now: remove it from the level above.
             let Some(mut done) = stack.pop() else { break };
-            let above = match stack.last() {
-                Some(l) => l.dir.fd().map_err(fail)?,
+            let above = match stack.last_mut() {
+                Some(l) => {
+                    if l.dir.is_none() {
+                        // Closed to stay within the window: re-enter it
+                        // from `done`, which is still open.
+                        let child = done.dir.as_ref().ok_or_else(|| fail(Errno::BADF))?;
+                        l.dir = Some(reenter(child.fd().map_err(fail)?, l, shown)?);
+                    }
+                    let dir = l.dir.as_ref().ok_or_else(|| fail(Errno::BADF))?;
+                    dir.fd().map_err(fail)?
+                }
                 None => parent,
             };
             match rustix::fs::unlinkat(above, done.name.as_os_str(), AtFlags::REMOVEDIR) {
                 Ok(()) => {}
                 Err(Errno::NOTEMPTY | Errno::EXIST) if done.rescans < MAX_RESCANS => {
                     done.rescans += 1;
-                    done.dir.rewind();
+                    if let Some(d) = done.dir.as_mut() {
+                        d.rewind();
+                    }
                     stack.push(done);
                 }
                 Err(e) => return Err(fail(e)),
@@ -281,7 +356,7 @@ pub(super) fn delete_tree(
         if child.as_bytes() == b"." || child.as_bytes() == b".." {
             continue;
         }
-        let dfd = level.dir.fd().map_err(fail)?;
+        let dfd = dir.fd().map_err(fail)?;
         let st = match rustix::fs::statat(dfd, child.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::NOENT) => continue,
@@ -290,6 +365,14 @@ pub(super) fn delete_tree(
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             let sub = open_level(jail, dfd, &level.fs, &child, &st, shown)?;
             stack.push(sub);
+            // Keep only the deepest OPEN_LEVELS directories open.
+            if let Some(old) = stack
+                .len()
+                .checked_sub(OPEN_LEVELS + 1)
+                .and_then(|i| stack.get_mut(i))
+            {
+                old.dir = None;
+            }
         } else {
             // Links, files, FIFOs, sockets, devices: the name goes, the
             // object it may point to is never touched.

@@ -18,7 +18,10 @@ mod read;
 mod stat;
 mod write;
 
-use rustix::fs::Mode;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde_json::{Map, Value};
 
@@ -192,4 +195,46 @@ pub(crate) fn jailed<T>(
 pub(crate) enum JailedError {
     Rejected(Rejection),
     Failed(FileError),
+}
+
+/// `jail_no_xdev` at an entry an operation acts on without opening it
+/// through the jail (enforcement only checks the components it walks, so a
+/// bind mount — even of the same filesystem — at the final name would go
+/// unnoticed): the entry `name` in `dir` must sit on the root's mount, or
+/// the request is refused as a jail violation. The entry is opened with
+/// `O_PATH|O_NOFOLLOW`, which reaches what is mounted there but never
+/// follows a link and never reads or writes anything. A missing entry
+/// passes (the caller reports absence itself); without `jail_no_xdev`
+/// everything passes.
+pub(crate) fn entry_mount_ok(
+    jail: &Jail,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &str,
+) -> Result<(), Step> {
+    if !jail.no_xdev() {
+        return Ok(());
+    }
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR) => return Ok(()),
+        Err(e) => return Err(Step::Fail(os_error(shown, e))),
+    };
+    fd_mount_ok(jail, fd.as_fd(), shown)
+}
+
+/// [`entry_mount_ok`] for an object already opened as `fd` (checking the
+/// descriptor leaves no window between the check and the open).
+pub(crate) fn fd_mount_ok(jail: &Jail, fd: BorrowedFd<'_>, shown: &str) -> Result<(), Step> {
+    if jail.no_xdev() && !jail.on_root_mount(fd) {
+        return Err(Step::Reject(Rejection::outside(format!(
+            "Path '{shown}' crosses a mount point (jail_no_xdev)"
+        ))));
+    }
+    Ok(())
 }

@@ -6,11 +6,14 @@
 //! for `"<src> -> <dst>"`. `overwrite = false` relies on
 //! `RENAME_NOREPLACE`, so an existing destination is never replaced by a
 //! race. Across filesystems the entry is copied descriptor by descriptor into
-//! a temporary sibling of the destination, renamed into place, and only then
-//! is the source removed. This module must never rename, replace or remove
-//! the root directory, never follow a symlink at either end, never copy a
-//! FIFO, socket or device, and never destroy an existing destination before
-//! it knows the move can complete on the same filesystem.
+//! a temporary sibling of the destination (at most 256 directory levels
+//! deep), renamed into place, and only then is the source removed. With
+//! `jail_no_xdev` a mount point at either end, or inside a copied tree, is
+//! refused as a jail violation. This module must never rename, replace or
+//! remove the root directory, never move or copy a mount point, never
+//! follow a symlink at either end, never copy a FIFO, socket or device, and
+//! never destroy an existing destination before it knows the move can
+//! complete on the same filesystem.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -34,6 +37,15 @@ static NOREPLACE_FALLBACK: Mutex<()> = Mutex::new(());
 
 /// Bytes copied per `read` in the cross-device fallback.
 const COPY_CHUNK: usize = 1 << 16;
+
+/// The deepest directory tree the cross-device fallback copies. The copy
+/// holds two descriptors per level (source listing, new directory); unlike
+/// the recursive delete it cannot drop and re-enter levels, because a
+/// re-opened source listing starts over and already copied entries could
+/// only be skipped by name — unsafe where the destination folds case. 256
+/// levels (512 descriptors) stays well within the usual 1024 limit; a
+/// deeper tree is refused before anything is changed.
+const MAX_COPY_DEPTH: usize = 256;
 
 /// Handles one `FILE_MOVE`.
 pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
@@ -73,6 +85,10 @@ pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
                 &jail.display_path(&dst.parent),
             )));
         };
+        // jail_no_xdev: enforcement checked the parents, not what may be
+        // mounted at either name.
+        super::entry_mount_ok(jail, src_dir.as_fd(), &src.name, &sd.resolved)?;
+        super::entry_mount_ok(jail, dst_dir.as_fd(), &dst.name, &dst_text)?;
         if dst_st.is_some() && !req.overwrite {
             return Err(Step::Fail(exists(&dst_text)));
         }
@@ -229,11 +245,11 @@ impl Move<'_> {
             // before moving it (Python loses both).
             return Err(self.refuse("the destination contains the source"));
         }
-        if src_is_dir {
-            let parent = FsId::of_fd(self.src.dir).map_err(|e| self.error(e))?;
-            if FsId::of_entry(self.src.dir, self.src.name, src_st).differs(&parent) {
-                return Err(self.refuse("the source is a mount point"));
-            }
+        // A mount point cannot be renamed (EBUSY) or removed after a copy,
+        // and copying what is mounted there would bring its content in.
+        let parent = FsId::of_fd(self.src.dir).map_err(|e| self.error(e))?;
+        if FsId::of_entry(self.src.dir, self.src.name, src_st).entry_differs(&parent, src_st) {
+            return Err(self.refuse("the source is a mount point"));
         }
         // Known to be on another filesystem: copy first, so an existing
         // destination is only replaced once the copy is complete.
@@ -460,8 +476,11 @@ impl Move<'_> {
     }
 
     /// Copies the source directory's contents into the (already created)
-    /// temporary directory `tmp`, one open directory per level on each side.
-    /// Permissions and times of a directory are applied after its contents.
+    /// temporary directory `tmp`, one open directory per level on each side,
+    /// at most [`MAX_COPY_DEPTH`] levels deep. Permissions and times of a
+    /// directory are applied after its contents. Never copies from another
+    /// filesystem or mount: an entry that is a mount point (a bind-mounted
+    /// file too) stops the copy, as a jail violation with `jail_no_xdev`.
     fn copy_tree(&self, src_st: &Stat, tmp: &OsStr) -> Result<(), Step> {
         let shown = self.src.shown;
         let fail = |e: Errno| Step::Fail(os_error(shown, e));
@@ -473,7 +492,11 @@ impl Move<'_> {
             dst: top_dst,
             st: *src_st,
         }];
-        while let Some(level) = stack.last_mut() {
+        loop {
+            let depth = stack.len();
+            let Some(level) = stack.last_mut() else {
+                break;
+            };
             let next = match level.src.read() {
                 Some(Ok(entry)) => Some(OsString::from_vec(entry.file_name().to_bytes().to_vec())),
                 Some(Err(e)) => return Err(fail(e)),
@@ -492,10 +515,24 @@ impl Move<'_> {
             let to = level.dst.as_fd();
             let st = rustix::fs::statat(from, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(fail)?;
+            // No mount is copied, not even a bind-mounted file: its content
+            // would be brought in and the source could not be removed after
+            // the copy (EBUSY). What is opened below is checked to be this
+            // `st`, so a mount appearing after the check is caught as a
+            // changed entry.
+            super::entry_mount_ok(self.jail, from, &name, shown)?;
+            if FsId::of_entry(from, &name, &st).entry_differs(&src_fs, &st) {
+                return Err(boundary_error(shown));
+            }
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
-                    if FsId::of_entry(from, &name, &st).differs(&src_fs) {
-                        return Err(boundary_error(shown));
+                    if depth >= MAX_COPY_DEPTH {
+                        return Err(Step::Fail(FileError::internal(format!(
+                            "Could not move {shown} to {}: the directory tree is deeper \
+                             than {MAX_COPY_DEPTH} levels, the most a move across \
+                             filesystems copies",
+                            self.dst.shown
+                        ))));
                     }
                     let child_src = open_subdir(from, &name, &st, shown)?;
                     rustix::fs::mkdirat(to, name.as_os_str(), Mode::from_raw_mode(0o700))

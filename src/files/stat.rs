@@ -1,7 +1,9 @@
 //! `FILE_STAT` (FILES.md §3): metadata of the resolved target, or with
 //! `follow_symlinks: false` of the entry itself. A missing target is a
-//! successful `exists: false`; a path outside the root is always an error.
+//! successful `exists: false`; a path outside the root is always an error,
+//! and so (with `jail_no_xdev`) is an entry that is itself a mount point.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
@@ -26,7 +28,7 @@ pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> Outcome {
         };
         if !req.follow_symlinks {
             if let Some(entry) = &entry {
-                return stat_entry(ctx, entry);
+                return stat_entry(ctx, entry, d.looped);
             }
         }
         if d.looped {
@@ -43,7 +45,7 @@ pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> Outcome {
         let is_symlink = entry
             .as_ref()
             .and_then(|e| lstat_entry(ctx, e).ok().flatten())
-            .is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+            .is_some_and(|(_, st)| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
         Ok(response(&st, is_symlink, d.resolved.clone()))
     });
     let path = shown.unwrap_or_default();
@@ -64,29 +66,43 @@ pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> Outcome {
 }
 
 /// `follow_symlinks: false`: the entry itself, `path` = canonical parent +
-/// name.
-fn stat_entry(ctx: &FileContext<'_>, entry: &Entry) -> Result<FileStatResponse, Step> {
+/// name. With `jail_no_xdev` the entry must sit on the root's mount (a bind
+/// mount there is refused, not reported). `looped`: the decision stopped at
+/// a symlink loop, so a link met while opening the parent is that loop, not
+/// a changed tree: `ELOOP`, as following it would report (FILES.md §3.2
+/// step 4), rather than a re-decision that fails closed as a violation.
+fn stat_entry(
+    ctx: &FileContext<'_>,
+    entry: &Entry,
+    looped: bool,
+) -> Result<FileStatResponse, Step> {
+    let mut path = entry.parent.clone();
+    path.push(entry.name.clone());
+    let shown = ctx.jail.display_path(&path);
     match lstat_entry(ctx, entry) {
-        Ok(Some(st)) => {
-            let mut path = entry.parent.clone();
-            path.push(entry.name.clone());
+        Ok(Some((dir, st))) => {
+            super::entry_mount_ok(ctx.jail, dir.as_fd(), &entry.name, &shown)?;
             let is_link = FileType::from_raw_mode(st.st_mode) == FileType::Symlink;
-            Ok(response(&st, is_link, ctx.jail.display_path(&path)))
+            Ok(response(&st, is_link, shown))
         }
         Ok(None) | Err(Step::Enforce(EnforceError::NotFound)) => Ok(FileStatResponse::missing()),
+        Err(Step::Enforce(EnforceError::Changed)) if looped => {
+            Err(Step::Fail(os_error(&shown, rustix::io::Errno::LOOP)))
+        }
         Err(e) => Err(e),
     }
 }
 
-/// `fstatat(parent, name, AT_SYMLINK_NOFOLLOW)`; `Ok(None)` when absent.
-fn lstat_entry(ctx: &FileContext<'_>, entry: &Entry) -> Result<Option<Stat>, Step> {
+/// `fstatat(parent, name, AT_SYMLINK_NOFOLLOW)` with the parent descriptor
+/// it was taken in; `Ok(None)` when absent.
+fn lstat_entry(ctx: &FileContext<'_>, entry: &Entry) -> Result<Option<(OwnedFd, Stat)>, Step> {
     let dir = ctx.jail.open(
         &entry.parent,
         OFlags::PATH | OFlags::DIRECTORY,
         Mode::empty(),
     )?;
     match rustix::fs::statat(&dir, entry.name.as_bytes(), AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(Some(st)),
+        Ok(st) => Ok(Some((dir, st))),
         Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Ok(None),
         Err(e) => Err(Step::Fail(os_error(
             &ctx.jail.display_path(&entry.parent),

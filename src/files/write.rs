@@ -4,8 +4,13 @@
 //!
 //! A new or replaced file is written to a temporary sibling and renamed over
 //! the target, so readers never see a partial file and a hard link to an
-//! outside inode is broken rather than rewritten (JAIL.md D4). The only
-//! in-place write is the foreign-owner exception of FILES.md §2.4 step 3.
+//! outside inode is broken rather than rewritten (JAIL.md D4). A file owned
+//! by someone else keeps its owner: running as root, the replacement is
+//! given to that owner before the rename; otherwise it is the one in-place
+//! write (FILES.md §2.4 step 3), which reserves the space before touching
+//! the old content. A good file is never left half-written by a failure
+//! this module can foresee. With `jail_no_xdev`, a mount point at the target
+//! name or among created parents is refused like one met by enforcement.
 //! This module must never open the target by a path string, never follow a
 //! symlink at the target (the canonical target cannot be one; meeting one
 //! means the tree changed) and never open a FIFO or device for writing.
@@ -14,7 +19,7 @@ use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FallocateFlags, FileType, Gid, Mode, OFlags, Stat, Uid};
 use rustix::io::Errno;
 use serde_json::{Map, Value, json};
 
@@ -145,10 +150,16 @@ pub(super) fn open_parent(jail: &Jail, remainder: &[OsString]) -> Result<OwnedFd
     }
 }
 
-/// JAIL.md §6.8 step 4: walks the parent remainder from the root, creating
-/// each missing directory with `mkdirat(…, 0777)` (the process umask
-/// applies) and re-opening it through the jail, so a symlink planted in the
-/// meantime fails closed.
+/// JAIL.md §6.8 step 4: walks the parent remainder from the root one
+/// component at a time, each opened relative to the previous descriptor
+/// with `O_NOFOLLOW` (linear in the depth), creating a missing directory
+/// with `mkdirat(…, 0777)` (the process umask applies). A symlink met on
+/// the way means the tree changed after the decision (the remainder is
+/// canonical) and fails closed through a re-decision; a mount there is
+/// refused under `jail_no_xdev`, as enforcement would. A directory in which
+/// a subdirectory was created is `fsync`ed, so that an acknowledged file
+/// cannot vanish after a crash with a parent entry that never reached the
+/// disk.
 fn make_parents(jail: &Jail, parent: &[OsString], shown: &str) -> Result<OwnedFd, Step> {
     // The common case: everything already exists.
     match open_parent(jail, parent) {
@@ -156,42 +167,84 @@ fn make_parents(jail: &Jail, parent: &[OsString], shown: &str) -> Result<OwnedFd
         Err(EnforceError::NotFound) => {}
         Err(e) => return Err(enforce_step(e, shown)),
     }
-    let dir_flags = OFlags::PATH | OFlags::DIRECTORY;
+    let mut cur = open_parent(jail, &[]).map_err(|e| enforce_step(e, shown))?;
     for (i, component) in parent.iter().enumerate() {
-        let prefix = parent.get(..=i).unwrap_or(parent);
-        match jail.open(prefix, dir_flags, Mode::empty()) {
-            Ok(_) => continue,
-            Err(EnforceError::NotFound) => {}
-            Err(e) => return Err(enforce_step(e, shown)),
+        let here = jail.display_path(parent.get(..=i).unwrap_or(parent));
+        let name = component.as_os_str();
+        let b = name.as_encoded_bytes();
+        if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+            // Never in a canonical remainder: refuse rather than trust it.
+            return Err(Step::Enforce(EnforceError::Changed));
         }
-        let above = jail
-            .open(parent.get(..i).unwrap_or(&[]), dir_flags, Mode::empty())
-            .map_err(|e| enforce_step(e, shown))?;
-        match rustix::fs::mkdirat(&above, component.as_os_str(), Mode::from_raw_mode(0o777)) {
-            // EEXIST: created concurrently, or a non-directory is in the
-            // way; the re-open below tells which.
-            Ok(()) | Err(Errno::EXIST) => {}
-            Err(Errno::NOENT | Errno::NOTDIR) => {
-                return Err(Step::Fail(FileError::not_found(
-                    &jail.display_path(parent.get(..i).unwrap_or(&[])),
-                )));
+        let next = match open_component(jail, cur.as_fd(), name, &here)? {
+            Some(fd) => fd,
+            None => {
+                match rustix::fs::mkdirat(&cur, name, Mode::from_raw_mode(0o777)) {
+                    // The new entry must survive a crash; a directory opened
+                    // as O_PATH (no read permission) cannot be synced, and a
+                    // failed sync does not undo the creation.
+                    Ok(()) => {
+                        let _ = rustix::fs::fsync(&cur);
+                    }
+                    // Created concurrently, or something else appeared: the
+                    // open below tells which.
+                    Err(Errno::EXIST) => {}
+                    Err(Errno::NOENT | Errno::NOTDIR) => {
+                        // The directory it was to be created in has gone.
+                        return Err(Step::Fail(FileError::not_found(
+                            &jail.display_path(parent.get(..i).unwrap_or(&[])),
+                        )));
+                    }
+                    Err(e) => return Err(could_not(&here, os_reason(e))),
+                }
+                match open_component(jail, cur.as_fd(), name, &here)? {
+                    Some(fd) => fd,
+                    None => return Err(Step::Fail(FileError::not_found(&here))),
+                }
             }
-            Err(e) => return Err(could_not(&jail.display_path(prefix), os_reason(e))),
-        }
-        match jail.open(prefix, dir_flags, Mode::empty()) {
-            Ok(_) => {}
-            Err(EnforceError::NotFound) => {
-                let st =
-                    rustix::fs::statat(&above, component.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
-                return Err(match st {
-                    Ok(_) => could_not(&jail.display_path(prefix), os_reason(Errno::NOTDIR)),
-                    Err(_) => Step::Fail(FileError::not_found(&jail.display_path(prefix))),
-                });
-            }
-            Err(e) => return Err(enforce_step(e, shown)),
-        }
+        };
+        cur = next;
     }
-    open_parent(jail, parent).map_err(|e| enforce_step(e, shown))
+    Ok(cur)
+}
+
+/// Opens the directory `name` in `dir` for the `create_parents` walk;
+/// `None` when it does not exist. Read access is preferred (for `fsync`);
+/// a `-wx` directory is opened `O_PATH`, which every `*at` call accepts.
+fn open_component(
+    jail: &Jail,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    here: &str,
+) -> Result<Option<OwnedFd>, Step> {
+    let base = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let opened = match rustix::fs::openat(dir, name, base | OFlags::RDONLY, Mode::empty()) {
+        Err(Errno::ACCESS) => rustix::fs::openat(dir, name, base | OFlags::PATH, Mode::empty()),
+        other => other,
+    };
+    let fd = match opened {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        // O_NOFOLLOW|O_DIRECTORY reports a link as ELOOP or ENOTDIR; a
+        // link is a changed tree, anything else is in the way.
+        Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
+            return match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                    Err(Step::Enforce(EnforceError::Changed))
+                }
+                Ok(_) => Err(could_not(here, os_reason(Errno::NOTDIR))),
+                Err(Errno::NOENT) => Ok(None),
+                Err(_) => Err(could_not(here, os_reason(e))),
+            };
+        }
+        Err(e) => return Err(could_not(here, os_reason(e))),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| could_not(here, os_reason(e)))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Err(Step::Enforce(EnforceError::Changed));
+    }
+    super::fd_mount_ok(jail, fd.as_fd(), here)?;
+    Ok(Some(fd))
 }
 
 /// FILES.md §2.4 on `(dir, name)`.
@@ -209,8 +262,12 @@ fn write_entry(
     };
     let Some(existing) = existing else {
         let mode = Mode::from_raw_mode(0o666 & !ctx.umask.as_raw_mode());
-        return replace_atomically(dir, name, bytes, mode, None).map_err(|e| could_not(shown, e));
+        return replace_atomically(dir, name, bytes, mode, None, false)
+            .map_err(|e| could_not(shown, e));
     };
+    // jail_no_xdev: enforcement checked the parent, not what is mounted at
+    // the name itself (a bind-mounted outside file must not be written).
+    super::entry_mount_ok(ctx.jail, dir, name, shown)?;
     match FileType::from_raw_mode(existing.st_mode) {
         FileType::RegularFile => {}
         FileType::Directory => return Err(could_not(shown, os_reason(Errno::ISDIR))),
@@ -236,22 +293,65 @@ fn write_entry(
     if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
         return Err(could_not(shown, "not a regular file"));
     }
-    // Step 3: a file owned by someone else keeps its owner only if written
-    // in place; a file with several links is never written in place (that
-    // would modify the other names' content, JAIL.md D4).
+    // Step 3: a file owned by someone else keeps its owner. A file with
+    // several links is never written in place (that would modify the other
+    // names' content, JAIL.md D4): it is replaced and the replacement
+    // belongs to the writer.
     let foreign = opened.st_uid != rustix::process::geteuid().as_raw();
+    let mode = Mode::from_raw_mode(opened.st_mode & 0o1777);
     if foreign && opened.st_nlink == 1 {
+        if rustix::process::geteuid().is_root() {
+            // Root can give the replacement to the old owner, so the file
+            // keeps its owner without ever being half-written: the normal
+            // atomic replace, with the owner set before the rename. This
+            // departs from FILES.md §2.4 step 3 (in place) on purpose: the
+            // in-place write cannot promise the old content survives a
+            // failure.
+            drop(probe);
+            return replace_atomically(dir, name, bytes, mode, Some(&opened), true)
+                .map_err(|e| could_not(shown, e));
+        }
         return write_in_place(&probe, bytes).map_err(|e| could_not(shown, os_reason(e)));
     }
     drop(probe);
-    let mode = Mode::from_raw_mode(opened.st_mode & 0o1777);
-    replace_atomically(dir, name, bytes, mode, Some(&opened)).map_err(|e| could_not(shown, e))
+    replace_atomically(dir, name, bytes, mode, Some(&opened), false)
+        .map_err(|e| could_not(shown, e))
 }
 
-/// The foreign-owner exception: truncate and rewrite the opened inode.
+/// The foreign-owner exception for a writer that cannot give a file away:
+/// rewrite the opened inode. The space is reserved first (`fallocate`), so
+/// the common failure — a full disk or quota — happens before any byte of
+/// the old content is touched; then the new content is written from offset
+/// 0, the file cut to its length and synced.
+///
+/// Limits, accepted: where the filesystem cannot reserve space (`fallocate`
+/// unsupported) the write proceeds without a reservation, so a failure
+/// part-way can still leave a partly rewritten file, as an in-place write
+/// always could; on copy-on-write filesystems a reservation does not cover
+/// rewriting blocks that already hold data; an I/O error part-way is not
+/// prevented by any reservation.
 fn write_in_place(fd: &OwnedFd, bytes: &[u8]) -> Result<(), Errno> {
-    rustix::fs::ftruncate(fd, 0)?;
-    write_all(fd, bytes)?;
+    let len = bytes.len() as u64;
+    if len > 0 {
+        match rustix::fs::fallocate(fd, FallocateFlags::empty(), 0, len) {
+            Ok(()) | Err(Errno::OPNOTSUPP | Errno::NOSYS) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut offset = 0u64;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match rustix::io::pwrite(fd, rest, offset) {
+            Ok(0) => return Err(Errno::IO),
+            Ok(n) => {
+                rest = rest.get(n..).unwrap_or(&[]);
+                offset += n as u64;
+            }
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    rustix::fs::ftruncate(fd, len)?;
     rustix::fs::fsync(fd)
 }
 
@@ -269,6 +369,11 @@ pub(super) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
 }
 
 /// A fresh `.autogpt-shim-<16 lowercase hex>.tmp` name.
+///
+/// A crash between creating such a file and renaming or removing it leaves
+/// it behind, visible in the directory under this name. Leftovers are not
+/// cleaned up automatically: a name matching the pattern may just as well
+/// be a user's own file, and removing files by pattern could delete it.
 pub(super) fn temp_name() -> Result<OsString, Errno> {
     let mut raw = [0u8; 8];
     getrandom::fill(&mut raw).map_err(|_| Errno::IO)?;
@@ -295,15 +400,19 @@ pub(super) fn with_temp_name<T>(
     Err(last)
 }
 
-/// FILES.md §2.4 step 4: temp file, write, `fsync`, mode (and group),
-/// rename over `name`, `fsync` the directory. On any failure the temporary
-/// file is removed. `old` is the replaced file (`None` for a new file).
+/// FILES.md §2.4 step 4: temp file, write, owner (`give_owner`: the old
+/// owner, which only root may set) or group, mode, `fsync`, rename over
+/// `name`, `fsync` the directory. The metadata is set before the `fsync`
+/// so that it is made durable together with the content. On any failure
+/// the temporary file is removed. `old` is the replaced file (`None` for a
+/// new file).
 fn replace_atomically(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     bytes: &[u8],
     mode: Mode,
     old: Option<&Stat>,
+    give_owner: bool,
 ) -> Result<(), std::io::Error> {
     let (tmp, fd) = with_temp_name(|tmp| {
         rustix::fs::openat(
@@ -315,16 +424,26 @@ fn replace_atomically(
     })?;
     let filled = (|| {
         write_all(&fd, bytes)?;
-        rustix::fs::fsync(&fd)?;
-        rustix::fs::fchmod(&fd, mode)?;
+        // Ownership first: a change of owner or group may clear mode bits,
+        // so the mode is set last to be exactly `mode`.
         if let Some(old) = old {
-            let now = rustix::fs::fstat(&fd)?;
-            if now.st_gid != old.st_gid {
-                // Keeping the group is best effort: only root or a member
-                // of that group may set it.
-                let _ = rustix::fs::fchown(&fd, None, Some(Gid::from_raw(old.st_gid)));
+            if give_owner {
+                rustix::fs::fchown(
+                    &fd,
+                    Some(Uid::from_raw(old.st_uid)),
+                    Some(Gid::from_raw(old.st_gid)),
+                )?;
+            } else {
+                let now = rustix::fs::fstat(&fd)?;
+                if now.st_gid != old.st_gid {
+                    // Keeping the group is best effort: only root or a
+                    // member of that group may set it.
+                    let _ = rustix::fs::fchown(&fd, None, Some(Gid::from_raw(old.st_gid)));
+                }
             }
         }
+        rustix::fs::fchmod(&fd, mode)?;
+        rustix::fs::fsync(&fd)?;
         drop(fd);
         // A plain rename: last writer wins, as in Python.
         rustix::fs::renameat(dir, tmp.as_os_str(), dir, name)
