@@ -12,6 +12,7 @@
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
 //! * [`audit`] — the HMAC-chained audit log: records, canonical form,
 //!   verification.
+//! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.
 //! * [`timefmt`] — civil dates, the audit log's time stamps and the local
 //!   UTC offset from the TZif database, without libc.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
@@ -27,4 +28,5 @@ pub mod exit;
 pub mod files;
 pub mod jail;
 pub mod protocol;
+pub mod secrets;
 pub mod timefmt;

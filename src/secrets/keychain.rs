@@ -1,0 +1,548 @@
+//! The OS keychain backend (AUTH.md §9) through the `keyring` crate: three
+//! entries under service `autogpt-local-executor`, laid out so that items the
+//! reference (Python `keyring`) created are found and items created here are
+//! found by it.
+//!
+//! * Linux (and the BSDs): the Secret Service over D-Bus, through the
+//!   synchronous libdbus binding (no async runtime), with a Diffie-Hellman
+//!   session and pure-Rust crypto. Items are looked up by the attributes
+//!   `service` and `username` only.
+//! * macOS: generic passwords (service, account) in the login keychain.
+//! * Windows: generic credentials at target `autogpt-local-executor`, with
+//!   the reference's `<account>@autogpt-local-executor` overflow targets and
+//!   UTF-16LE blobs.
+//!
+//! This module owns only the keychain I/O. It must never print, never put a
+//! secret into an error (errors carry the platform's message about the
+//! *operation*), never delete `audit_key` on its own account, and never fall
+//! back to another store: choosing the store is the caller's job (§8).
+
+use std::fmt;
+
+use super::secret::SecretString;
+
+/// The keychain service of all three entries.
+pub const SERVICE: &str = "autogpt-local-executor";
+
+/// The `application` attribute of Secret Service items created here (the
+/// reference sets `Python keyring library`; lookups ignore it).
+pub const APPLICATION: &str = "autogpt-shim";
+
+/// The three entries (AUTH.md §9.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Account {
+    /// `access_token`.
+    AccessToken,
+    /// `refresh_token`.
+    RefreshToken,
+    /// `audit_key`.
+    AuditKey,
+}
+
+impl Account {
+    /// The account (user name) of the entry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Account::AccessToken => "access_token",
+            Account::RefreshToken => "refresh_token",
+            Account::AuditKey => "audit_key",
+        }
+    }
+
+    /// The label the reference gives its items (Secret Service).
+    pub fn label(self) -> String {
+        format!("Password for '{}' on '{SERVICE}'", self.as_str())
+    }
+}
+
+impl fmt::Display for Account {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What went wrong in a keychain operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeychainErrorKind {
+    /// The platform store failed: no D-Bus session bus, no Secret Service on
+    /// it, a D-Bus or OS error.
+    Platform,
+    /// The store refused access: a locked collection that could not be
+    /// unlocked (prompt dismissed or impossible), access denied.
+    NoAccess,
+    /// Several items match the entry and hold different values, so none can
+    /// be trusted to be the right one.
+    Ambiguous,
+    /// The stored bytes are not text (not UTF-8; on Windows neither UTF-16LE
+    /// nor UTF-8).
+    NotText,
+    /// The `keyring` crate refused the entry's attributes (too long,
+    /// invalid). Cannot happen with the fixed names used here.
+    Invalid,
+    /// No keychain backend is built for this platform.
+    Unsupported,
+}
+
+/// A failed keychain operation. The detail is the platform's message about
+/// the operation; it never contains a stored value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeychainError {
+    kind: KeychainErrorKind,
+    detail: String,
+}
+
+impl KeychainError {
+    fn new(kind: KeychainErrorKind, detail: impl Into<String>) -> KeychainError {
+        KeychainError {
+            kind,
+            detail: one_line(&detail.into()),
+        }
+    }
+
+    /// The class of failure.
+    pub fn kind(&self) -> KeychainErrorKind {
+        self.kind
+    }
+
+    /// Whether the failure shows that the entry exists (the keychain works;
+    /// its content is the problem). The probe of AUTH.md §8 counts these as
+    /// usable.
+    pub fn entry_exists(&self) -> bool {
+        matches!(
+            self.kind,
+            KeychainErrorKind::Ambiguous | KeychainErrorKind::NotText
+        )
+    }
+}
+
+impl fmt::Display for KeychainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            KeychainErrorKind::Platform | KeychainErrorKind::Unsupported => {
+                f.write_str(&self.detail)
+            }
+            KeychainErrorKind::NoAccess => write!(f, "access refused: {}", self.detail),
+            KeychainErrorKind::Ambiguous => write!(
+                f,
+                "{} (remove the duplicates, e.g. with a keychain manager)",
+                self.detail
+            ),
+            KeychainErrorKind::NotText => f.write_str(&self.detail),
+            KeychainErrorKind::Invalid => write!(f, "invalid entry: {}", self.detail),
+        }
+    }
+}
+
+impl std::error::Error for KeychainError {}
+
+/// Why the keychain cannot be used (the probe of AUTH.md §8 failed). One
+/// line, for `doctor` and for the fallback warning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeychainUnusable {
+    /// What the probe found, e.g. `no Secret Service on the session bus`.
+    pub reason: String,
+}
+
+impl fmt::Display for KeychainUnusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A keychain that answered the probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keychain {
+    backend: &'static str,
+}
+
+impl Keychain {
+    /// Probes the keychain by reading `access_token` (AUTH.md §8): found and
+    /// "no such entry" both mean usable, as do an ambiguous or non-text
+    /// entry (the store answered); anything else means unusable.
+    pub fn probe() -> Result<Keychain, KeychainUnusable> {
+        match backend::get(Account::AccessToken) {
+            Ok(_) => Ok(Keychain {
+                backend: backend::NAME,
+            }),
+            Err(err) if err.entry_exists() => Ok(Keychain {
+                backend: backend::NAME,
+            }),
+            Err(err) => Err(KeychainUnusable {
+                reason: err.to_string(),
+            }),
+        }
+    }
+
+    /// The backend's name, e.g. `Secret Service (D-Bus)`, for `doctor`.
+    pub fn backend_name(&self) -> &'static str {
+        self.backend
+    }
+
+    /// Reads an entry; `None` when there is none or it is empty.
+    pub fn get(&self, account: Account) -> Result<Option<SecretString>, KeychainError> {
+        Ok(backend::get(account)?.filter(|secret| !secret.is_empty()))
+    }
+
+    /// Writes an entry, replacing what it held.
+    pub fn set(&self, account: Account, value: &SecretString) -> Result<(), KeychainError> {
+        backend::set(account, value)
+    }
+
+    /// Deletes an entry; a missing entry is not an error.
+    pub fn delete(&self, account: Account) -> Result<(), KeychainError> {
+        backend::delete(account)
+    }
+}
+
+/// Flattens a platform message to one line, escaping control characters.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Maps a `keyring` error; `BadEncoding` and `Ambiguous` carry stored bytes
+/// or items, so they are described here instead of formatted.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "macos",
+    windows
+))]
+fn from_keyring(account: Account, err: keyring::Error) -> KeychainError {
+    use KeychainErrorKind as K;
+    match err {
+        keyring::Error::PlatformFailure(source) => {
+            KeychainError::new(K::Platform, describe_platform_failure(&source.to_string()))
+        }
+        keyring::Error::NoStorageAccess(source) => {
+            KeychainError::new(K::NoAccess, source.to_string())
+        }
+        keyring::Error::NoEntry => KeychainError::new(K::Platform, "no such entry"),
+        keyring::Error::BadEncoding(_) => KeychainError::new(
+            K::NotText,
+            format!("the keychain entry {account} does not hold text"),
+        ),
+        keyring::Error::Ambiguous(items) => ambiguous(account, items.len()),
+        keyring::Error::TooLong(name, limit) => KeychainError::new(
+            K::Invalid,
+            format!("attribute {name} is longer than the platform limit {limit}"),
+        ),
+        keyring::Error::Invalid(name, reason) => {
+            KeychainError::new(K::Invalid, format!("attribute {name}: {reason}"))
+        }
+        other => KeychainError::new(K::Platform, other.to_string()),
+    }
+}
+
+fn ambiguous(account: Account, count: usize) -> KeychainError {
+    KeychainError::new(
+        KeychainErrorKind::Ambiguous,
+        format!(
+            "{count} keychain items match service {SERVICE}, account {account}, and their values differ"
+        ),
+    )
+}
+
+/// Adds what a D-Bus failure usually means to the raw message.
+fn describe_platform_failure(message: &str) -> String {
+    if message.contains("org.freedesktop.DBus.Error.ServiceUnknown")
+        || message.contains("org.freedesktop.secrets was not provided")
+    {
+        format!("no Secret Service on the session bus ({message})")
+    } else if message.contains("DBUS_SESSION_BUS_ADDRESS")
+        || message.contains("autolaunch")
+        || message.contains("org.freedesktop.DBus.Error.NotSupported")
+    {
+        format!("no D-Bus session bus ({message})")
+    } else {
+        message.to_owned()
+    }
+}
+
+/// Secret Service (D-Bus): lookups by `service` + `username` only.
+#[cfg(any(target_os = "linux", target_os = "freebsd", target_os = "openbsd"))]
+mod backend {
+    use keyring::credential::CredentialApi;
+    use keyring::secret_service::SsCredential;
+
+    use super::{APPLICATION, Account, KeychainError, SERVICE, ambiguous, from_keyring};
+    use crate::secrets::secret::SecretString;
+
+    pub(super) const NAME: &str = "Secret Service (D-Bus)";
+
+    /// A credential without a `target` attribute: `keyring` then searches
+    /// every collection by `service` and `username` alone, which finds the
+    /// reference's items (they have no `target`) as well as ours.
+    fn lookup(account: Account) -> Result<SsCredential, KeychainError> {
+        SsCredential::new_with_no_target(SERVICE, account.as_str())
+            .map_err(|err| from_keyring(account, err))
+    }
+
+    pub(super) fn get(account: Account) -> Result<Option<SecretString>, KeychainError> {
+        let credential = lookup(account)?;
+        match credential.get_password() {
+            Ok(value) => Ok(Some(SecretString::new(value))),
+            Err(keyring::Error::NoEntry) => Ok(None),
+            Err(keyring::Error::Ambiguous(_)) => {
+                // Duplicates happen when two programs each created an item
+                // (e.g. the reference after this shim). Identical values are
+                // harmless; differing ones cannot be resolved safely.
+                let values: Vec<SecretString> = credential
+                    .get_all_passwords()
+                    .map_err(|err| from_keyring(account, err))?
+                    .into_iter()
+                    .map(SecretString::new)
+                    .collect();
+                match values.split_first() {
+                    Some((first, rest)) if rest.iter().all(|v| v == first) => {
+                        Ok(Some(first.clone()))
+                    }
+                    Some(_) => Err(ambiguous(account, values.len())),
+                    None => Ok(None),
+                }
+            }
+            Err(err) => Err(from_keyring(account, err)),
+        }
+    }
+
+    pub(super) fn set(account: Account, value: &SecretString) -> Result<(), KeychainError> {
+        let credential = lookup(account)?;
+        let matches = credential
+            .map_matching_items(|_| Ok(()), false)
+            .map_err(|err| from_keyring(account, err))?
+            .len();
+        if matches == 1 {
+            // Update the existing item in place (also one the reference made),
+            // so no duplicate appears.
+            return credential
+                .set_password(value.expose())
+                .map_err(|err| from_keyring(account, err));
+        }
+        if matches > 1 {
+            // A write replaces the value; leaving several items behind
+            // would make every later read ambiguous.
+            credential
+                .delete_all_passwords()
+                .map_err(|err| from_keyring(account, err))?;
+        }
+        create(account, value)
+    }
+
+    /// Creates an item in the default collection with `service` and
+    /// `username` (plus `keyring`'s `target = default`), the reference's label
+    /// and our `application`.
+    fn create(account: Account, value: &SecretString) -> Result<(), KeychainError> {
+        let mut credential =
+            SsCredential::new_with_target(Some("default"), SERVICE, account.as_str())
+                .map_err(|err| from_keyring(account, err))?;
+        credential.label = account.label();
+        credential
+            .attributes
+            .insert("application".to_owned(), APPLICATION.to_owned());
+        credential
+            .set_password(value.expose())
+            .map_err(|err| from_keyring(account, err))
+    }
+
+    pub(super) fn delete(account: Account) -> Result<(), KeychainError> {
+        // Every match: a duplicate left behind would resurrect the value.
+        lookup(account)?
+            .delete_all_passwords()
+            .map_err(|err| from_keyring(account, err))
+    }
+}
+
+/// macOS Keychain Services: generic password (service, account) in the
+/// user's default keychain.
+#[cfg(target_os = "macos")]
+mod backend {
+    use keyring::credential::CredentialApi;
+    use keyring::macos::MacCredential;
+
+    use super::{Account, KeychainError, SERVICE, from_keyring};
+    use crate::secrets::secret::SecretString;
+
+    pub(super) const NAME: &str = "macOS Keychain";
+
+    fn entry(account: Account) -> Result<MacCredential, KeychainError> {
+        // No target: the user (login) keychain, where the reference writes.
+        MacCredential::new_with_target(None, SERVICE, account.as_str())
+            .map_err(|err| from_keyring(account, err))
+    }
+
+    pub(super) fn get(account: Account) -> Result<Option<SecretString>, KeychainError> {
+        match entry(account)?.get_password() {
+            Ok(value) => Ok(Some(SecretString::new(value))),
+            Err(keyring::Error::NoEntry) => Ok(None),
+            Err(err) => Err(from_keyring(account, err)),
+        }
+    }
+
+    pub(super) fn set(account: Account, value: &SecretString) -> Result<(), KeychainError> {
+        entry(account)?
+            .set_password(value.expose())
+            .map_err(|err| from_keyring(account, err))
+    }
+
+    pub(super) fn delete(account: Account) -> Result<(), KeychainError> {
+        match entry(account)?.delete_credential() {
+            Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
+            Err(err) => Err(from_keyring(account, err)),
+        }
+    }
+}
+
+/// Windows Credential Manager with the reference's layout (AUTH.md §9.2):
+/// the service name as target, `<account>@<service>` for accounts displaced
+/// from it, UTF-16LE blobs, enterprise persistence.
+#[cfg(windows)]
+mod backend {
+    use keyring::credential::CredentialApi;
+    use keyring::windows::WinCredential;
+    use zeroize::Zeroizing;
+
+    use super::{Account, KeychainError, KeychainErrorKind, SERVICE, from_keyring};
+    use crate::secrets::secret::SecretString;
+
+    pub(super) const NAME: &str = "Windows Credential Manager";
+
+    /// A credential at an explicit target name (the crate's default naming
+    /// is `<user>.<service>`, which the reference never reads).
+    fn at(target: &str, user: &str) -> WinCredential {
+        WinCredential {
+            username: user.to_owned(),
+            target_name: target.to_owned(),
+            target_alias: String::new(),
+            comment: String::new(),
+        }
+    }
+
+    fn overflow_target(user: &str) -> String {
+        format!("{user}@{SERVICE}")
+    }
+
+    /// The user name stored at `target`, `None` when there is no credential.
+    fn owner(account: Account, target: &str) -> Result<Option<WinCredential>, KeychainError> {
+        match at(target, account.as_str()).get_credential() {
+            Ok(found) => Ok(Some(found)),
+            Err(keyring::Error::NoEntry) => Ok(None),
+            Err(err) => Err(from_keyring(account, err)),
+        }
+    }
+
+    fn secret_at(account: Account, target: &str) -> Result<Zeroizing<Vec<u8>>, KeychainError> {
+        at(target, account.as_str())
+            .get_secret()
+            .map(Zeroizing::new)
+            .map_err(|err| from_keyring(account, err))
+    }
+
+    /// UTF-16LE as the reference writes; UTF-8 when that fails.
+    fn decode(account: Account, blob: &[u8]) -> Result<SecretString, KeychainError> {
+        if blob.len() % 2 == 0 {
+            let units: Zeroizing<Vec<u16>> = Zeroizing::new(
+                blob.chunks_exact(2)
+                    .map(|pair| u16::from_le_bytes([pair[0], pair[1]]))
+                    .collect(),
+            );
+            if let Ok(text) = String::from_utf16(&units) {
+                return Ok(SecretString::new(text));
+            }
+        }
+        match std::str::from_utf8(blob) {
+            Ok(text) => Ok(SecretString::from(text)),
+            Err(_) => Err(KeychainError::new(
+                KeychainErrorKind::NotText,
+                format!("the credential for {account} does not hold text"),
+            )),
+        }
+    }
+
+    pub(super) fn get(account: Account) -> Result<Option<SecretString>, KeychainError> {
+        for target in [SERVICE.to_owned(), overflow_target(account.as_str())] {
+            if let Some(found) = owner(account, &target)? {
+                if found.username == account.as_str() {
+                    let blob = secret_at(account, &target)?;
+                    return decode(account, &blob).map(Some);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub(super) fn set(account: Account, value: &SecretString) -> Result<(), KeychainError> {
+        if let Some(found) = owner(account, SERVICE)? {
+            if found.username != account.as_str() {
+                // Move the other account's credential out of the way, as
+                // the reference does, so that it can still find it.
+                let blob = secret_at(account, SERVICE)?;
+                let moved = WinCredential {
+                    target_name: overflow_target(&found.username),
+                    ..found
+                };
+                moved
+                    .set_secret(&blob)
+                    .map_err(|err| from_keyring(account, err))?;
+            }
+        }
+        at(SERVICE, account.as_str())
+            .set_password(value.expose())
+            .map_err(|err| from_keyring(account, err))
+    }
+
+    pub(super) fn delete(account: Account) -> Result<(), KeychainError> {
+        for target in [SERVICE.to_owned(), overflow_target(account.as_str())] {
+            if let Some(found) = owner(account, &target)? {
+                if found.username == account.as_str() {
+                    match at(&target, account.as_str()).delete_credential() {
+                        Ok(()) | Err(keyring::Error::NoEntry) => {}
+                        Err(err) => return Err(from_keyring(account, err)),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// No keychain backend on this platform: the probe reports it unusable.
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "macos",
+    windows
+)))]
+mod backend {
+    use super::{Account, KeychainError, KeychainErrorKind};
+    use crate::secrets::secret::SecretString;
+
+    pub(super) const NAME: &str = "none";
+
+    fn unsupported() -> KeychainError {
+        KeychainError::new(
+            KeychainErrorKind::Unsupported,
+            "no OS keychain backend is built for this platform",
+        )
+    }
+
+    pub(super) fn get(_account: Account) -> Result<Option<SecretString>, KeychainError> {
+        Err(unsupported())
+    }
+
+    pub(super) fn set(_account: Account, _value: &SecretString) -> Result<(), KeychainError> {
+        Err(unsupported())
+    }
+
+    pub(super) fn delete(_account: Account) -> Result<(), KeychainError> {
+        Err(unsupported())
+    }
+}
