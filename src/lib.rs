@@ -15,6 +15,7 @@
 //! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.
 //! * [`timefmt`] — civil dates, the audit log's time stamps and the local
 //!   UTC offset from the TZif database, without libc.
+//! * [`text`] — untrusted text made safe to show on one line.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
@@ -29,4 +30,5 @@ pub mod files;
 pub mod jail;
 pub mod protocol;
 pub mod secrets;
+pub mod text;
 pub mod timefmt;

@@ -274,14 +274,5 @@ pub(crate) fn escaped(text: &str) -> String {
 /// a hostile file name cannot break the one-line message or drive the
 /// terminal.
 pub(crate) fn shown(path: &Path) -> String {
-    let text = path.to_string_lossy();
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::text::one_line(&path.to_string_lossy())
 }

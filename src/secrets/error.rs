@@ -394,15 +394,4 @@ pub(crate) fn shown(path: &Path) -> String {
     one_line(&path.to_string_lossy())
 }
 
-/// Text flattened to one line, control characters escaped.
-pub(crate) fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub(crate) use crate::text::one_line;

@@ -20,6 +20,7 @@
 use std::fmt;
 
 use super::secret::SecretString;
+use crate::text::one_line;
 
 /// The keychain service of all three entries.
 pub const SERVICE: &str = "autogpt-local-executor";
@@ -192,19 +193,6 @@ impl Keychain {
     pub fn delete(&self, account: Account) -> Result<(), KeychainError> {
         backend::delete(account)
     }
-}
-
-/// Flattens a platform message to one line, escaping control characters.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Maps a `keyring` error; `BadEncoding` and `Ambiguous` carry stored bytes
