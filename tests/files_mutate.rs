@@ -2041,3 +2041,48 @@ fn create_parents_creates_a_long_chain_of_directories() {
         assert!(fx.at(&rel).is_dir());
     });
 }
+
+// ---- JAIL.md §7 cases 25 and 39 for the mutating operations ----------------------------
+
+#[test]
+fn nul_and_unknown_user_are_invalid_chars_for_every_mutating_op() {
+    both(|fx| {
+        for bad in [fx.p("a\0b"), "~nosuchuser-for-tests/x".to_owned()] {
+            let out = fx.write(&bad, "x");
+            assert_violation(
+                fx,
+                &out,
+                ErrorCode::PathInvalidChars,
+                &bad,
+                MessageType::FileWrite,
+            );
+            let out = fx.write_parents(&bad, "x");
+            assert_violation(
+                fx,
+                &out,
+                ErrorCode::PathInvalidChars,
+                &bad,
+                MessageType::FileWrite,
+            );
+            let out = fx.delete(&bad, true, true);
+            assert_violation(
+                fx,
+                &out,
+                ErrorCode::PathInvalidChars,
+                &bad,
+                MessageType::FileDelete,
+            );
+            let src = fx.p("f.txt");
+            let out = fx.mv(&src, &bad, true);
+            let joined = format!("{src} -> {bad}");
+            assert_violation(
+                fx,
+                &out,
+                ErrorCode::PathInvalidChars,
+                &joined,
+                MessageType::FileMove,
+            );
+        }
+        assert_eq!(std::fs::read_to_string(fx.at("f.txt")).unwrap(), "hello");
+    });
+}

@@ -919,3 +919,53 @@ fn refusals_do_not_disclose_where_an_outside_path_leads() {
         assert!(!message.contains("/work"), "{message}");
     });
 }
+
+// ---- 16–17, deterministically: a swap between decision and use ---------------------------
+
+#[test]
+fn a_component_swapped_after_the_decision_is_decided_again_once() {
+    use autogpt_shim::jail::Outcome as JailOutcome;
+    use std::io::Read;
+    both(|fx, jail| {
+        std::fs::create_dir(fx.w.join("sub2")).unwrap();
+        std::fs::write(fx.w.join("sub2/x"), "moved").unwrap();
+        std::fs::write(fx.w.join("sub/x"), "original").unwrap();
+        std::fs::write(fx.o.join("x"), "outside").unwrap();
+        let read_through = |target: &Path, set_aside: &str| {
+            let p = fx.w("sub/x");
+            let mut calls = 0;
+            let out = jail.run(
+                &p,
+                |d| -> Result<String, autogpt_shim::jail::EnforceError> {
+                    calls += 1;
+                    if calls == 1 {
+                        // The decision saw a directory; it becomes a link now.
+                        std::fs::rename(fx.w.join("sub"), fx.w.join(set_aside)).unwrap();
+                        symlink(target, fx.w.join("sub")).unwrap();
+                    }
+                    let fd = jail.open(&d.remainder, rustix::fs::OFlags::RDONLY, Mode::empty())?;
+                    let mut text = String::new();
+                    std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+                    Ok(text)
+                },
+            );
+            (out, calls)
+        };
+        // Case 17: swapped to an inside target, the retry follows the new
+        // decision and the operation proceeds.
+        let (out, calls) = read_through(Path::new("sub2"), "old1");
+        assert_eq!(out.unwrap(), "moved");
+        assert_eq!(calls, 2);
+        // Case 16: swapped to a link leading outside, the retry's decision
+        // refuses; nothing outside is read.
+        std::fs::remove_file(fx.w.join("sub")).unwrap();
+        std::fs::create_dir(fx.w.join("sub")).unwrap();
+        std::fs::write(fx.w.join("sub/x"), "original").unwrap();
+        let (out, calls) = read_through(&fx.o, "old2");
+        match out {
+            Err(JailOutcome::Rejected(r)) => assert_eq!(r.code, ErrorCode::PathOutsideAllowedRoot),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(calls, 1);
+    });
+}
