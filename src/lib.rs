@@ -17,9 +17,12 @@
 //!   UTC offset from the TZif database, without libc.
 //! * [`text`] — untrusted text made safe to show on one line.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
+//! * [`sys`] — the few C library calls std and rustix lack (blocking and
+//!   waiting for termination signals).
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
-//! it is confined to one small `sys` module with a `SAFETY` comment per block.
+//! it is confined to the small [`sys`] module with a `SAFETY` comment per
+//! block.
 #![deny(unsafe_code)]
 
 pub mod audit;
@@ -30,5 +33,6 @@ pub mod files;
 pub mod jail;
 pub mod protocol;
 pub mod secrets;
+pub mod sys;
 pub mod text;
 pub mod timefmt;

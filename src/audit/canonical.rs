@@ -98,7 +98,7 @@ fn shortest_digits(x: f64) -> (String, i64) {
 
 /// Appends `s` as a JSON string with the escapes of AUDIT.md §5.3 (which are
 /// also Python's `ensure_ascii=False` escapes).
-fn push_string(out: &mut String, s: &str) {
+pub(crate) fn push_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -6,6 +6,11 @@
 //! * `writer` — the single writer thread: group commit, durable tickets,
 //!   recovery, rotation, the tail anchor, session-bound handles.
 //! * `anchor` — the sealed tail anchor.
+//! * `files` — the current and rotated files in their strict order; the
+//!   last complete line of a file.
+//! * `tail` — following the current log across rotations (`audit tail`).
+//! * `pretty` — a record re-indented in on-disk order (`audit show`).
+//! * `export` — the signed ZIP bundle (`audit export`).
 //!
 //! This module never logs or prints a record's secrets (there are none by
 //! construction: callers put only the fields of AUDIT.md §3 into details)
@@ -13,7 +18,11 @@
 
 pub mod anchor;
 pub mod canonical;
+pub mod export;
+pub mod files;
+pub mod pretty;
 pub mod record;
+pub mod tail;
 pub mod verify;
 pub mod writer;
 

@@ -84,6 +84,13 @@ pub enum AuditError {
     Canonical(String),
     /// The writer thread is gone.
     Closed,
+    /// A log file could not be read by a reading command (`audit export`).
+    Read(String),
+    /// `audit export`: the output already exists; nothing was written there.
+    OutputExists(PathBuf),
+    /// `audit export`: the output (or its temporary file) cannot be created,
+    /// written, synced or renamed into place.
+    Output(String),
 }
 
 impl fmt::Display for AuditError {
@@ -110,6 +117,11 @@ impl fmt::Display for AuditError {
             }
             AuditError::Canonical(why) => write!(f, "audit record cannot be canonicalised: {why}"),
             AuditError::Closed => f.write_str("the audit writer has stopped"),
+            AuditError::Read(why) => write!(f, "cannot read audit log {why}"),
+            AuditError::OutputExists(p) => {
+                write!(f, "{} already exists; refusing to replace it", p.display())
+            }
+            AuditError::Output(why) => f.write_str(why),
         }
     }
 }
@@ -252,6 +264,7 @@ impl Health {
 pub struct AuditLog {
     tx: Sender<Request>,
     health: Arc<Health>,
+    rotated_at_open: Option<PathBuf>,
 }
 
 /// The writer thread, joined when the daemon stops.
@@ -272,7 +285,8 @@ impl AuditLog {
         options: WriterOptions,
         key: AuditKey,
     ) -> Result<(AuditLog, WriterThread), AuditError> {
-        let state = State::open(options, key)?;
+        let mut state = State::open(options, key)?;
+        let rotated_at_open = state.rotated_at_open.take();
         let (tx, rx) = unbounded();
         let health = Arc::new(Health::default());
         let thread_health = health.clone();
@@ -280,7 +294,20 @@ impl AuditLog {
             .name("audit-writer".into())
             .spawn(move || state.run(&rx, &thread_health))
             .map_err(|e| AuditError::Open(format!("cannot start the writer thread: {e}")))?;
-        Ok((AuditLog { tx, health }, WriterThread(handle)))
+        Ok((
+            AuditLog {
+                tx,
+                health,
+                rotated_at_open,
+            },
+            WriterThread(handle),
+        ))
+    }
+
+    /// The file the current log was rotated to while opening (recovery of a
+    /// torn or unverifiable file, or `rotate_on_open`), if that happened.
+    pub fn rotated_at_open(&self) -> Option<&Path> {
+        self.rotated_at_open.as_deref()
     }
 
     /// True until a write has failed.
@@ -398,6 +425,8 @@ struct State {
     file: File,
     size: u64,
     chain: Chain,
+    /// Where `open` rotated the file it found, if it did.
+    rotated_at_open: Option<PathBuf>,
     _lock: File,
 }
 
@@ -466,6 +495,7 @@ impl State {
             file,
             size,
             chain: Chain::fresh(),
+            rotated_at_open: None,
             _lock: lock,
         };
         match state.recover()? {
@@ -473,13 +503,13 @@ impl State {
                 state.chain = chain;
                 if let Some(reason) = state.options.rotate_on_open {
                     if state.size > 0 {
-                        state.rotate(reason, true)?;
+                        state.rotated_at_open = state.rotate(reason, true)?;
                     }
                 }
             }
             Recovered::Unusable(last) => {
                 state.chain = last;
-                state.rotate(RotateReason::Recovery, true)?;
+                state.rotated_at_open = state.rotate(RotateReason::Recovery, true)?;
             }
         }
         Ok(state)

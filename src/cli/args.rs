@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use lexopt::Arg::{Long, Short, Value};
 use lexopt::Parser;
 
+use super::audit::{self, AuditCommand};
 use crate::config::{LogLevel, Overrides};
 
 /// What the command line asks for.
@@ -29,8 +30,8 @@ pub enum Parsed {
     Help,
     /// `--version`: print the version, exit 0.
     Version,
-    /// Run a command.
-    Run(Invocation),
+    /// Run a command (boxed: far larger than the other variants).
+    Run(Box<Invocation>),
 }
 
 /// A command with the settings the global options override.
@@ -45,7 +46,10 @@ pub struct Invocation {
 /// The commands of CLI.md §1.2. Each arrives together with the feature that
 /// implements it; until then its name is an unknown command.
 #[derive(Debug)]
-pub enum Command {}
+pub enum Command {
+    /// `audit <subcommand>`: the audit log tools (CLI.md §4.5).
+    Audit(AuditCommand),
+}
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
 /// usage hint on stderr (CLI.md §1.2).
@@ -72,6 +76,16 @@ pub enum UsageError {
     },
     /// A positional argument where none is expected.
     UnexpectedArgument(String),
+    /// A required positional argument (or subcommand) is missing; names it.
+    MissingArgument(&'static str),
+    /// A positional argument is unusable, e.g. a `<seq>` that is not an
+    /// integer.
+    InvalidArgument {
+        /// What the argument should be.
+        what: &'static str,
+        /// What was given.
+        value: String,
+    },
 }
 
 impl fmt::Display for UsageError {
@@ -87,6 +101,10 @@ impl fmt::Display for UsageError {
             }
             UsageError::UnexpectedArgument(arg) => {
                 write!(f, "unexpected argument {}", quoted(arg))
+            }
+            UsageError::MissingArgument(what) => write!(f, "missing {what}"),
+            UsageError::InvalidArgument { what, value } => {
+                write!(f, "invalid {what}: {}", quoted(value))
             }
         }
     }
@@ -114,10 +132,10 @@ where
             name,
         } => {
             let command = parse_command(&name, &mut parser, &mut overrides)?;
-            Ok(Parsed::Run(Invocation {
+            Ok(Parsed::Run(Box::new(Invocation {
                 overrides: *overrides,
                 command,
-            }))
+            })))
         }
     }
 }
@@ -194,11 +212,11 @@ pub fn parse_globals(parser: &mut Parser) -> Result<Globals, UsageError> {
 /// lives in that command's arm.
 fn parse_command(
     name: &OsStr,
-    _parser: &mut Parser,
+    parser: &mut Parser,
     _overrides: &mut Overrides,
 ) -> Result<Command, UsageError> {
-    #[allow(clippy::match_single_binding)] // commands are added as arms here
     match name.to_str() {
+        Some("audit") => Ok(Command::Audit(audit::parse(parser)?)),
         _ => Err(UsageError::UnknownCommand(
             name.to_string_lossy().into_owned(),
         )),
@@ -249,7 +267,7 @@ fn refuse_attached_value(parser: &mut Parser, option: &'static str) -> Result<()
 
 /// Translates the errors lexopt itself reports while stepping through the
 /// arguments (values are fetched through [`value`], which maps its own).
-fn from_lexopt(error: lexopt::Error) -> UsageError {
+pub(crate) fn from_lexopt(error: lexopt::Error) -> UsageError {
     match error {
         lexopt::Error::UnexpectedValue { option, .. } => UsageError::UnexpectedValue(option),
         lexopt::Error::UnexpectedOption(option) => UsageError::UnknownOption(option),

@@ -8,6 +8,7 @@
 //! command lives in its own module and is reached through [`dispatch`].
 
 mod args;
+mod audit;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -16,12 +17,13 @@ use std::process::ExitCode;
 pub use args::{
     Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals, session_id_value,
 };
+pub use audit::{AuditCommand, parse_duration, tail_line};
 
 use crate::config::{self, Config, ConfigError, Overrides};
 use crate::exit;
 
 /// The program name used in messages.
-const PROGRAM: &str = "autogpt-shim";
+pub(crate) const PROGRAM: &str = "autogpt-shim";
 
 /// The version printed by `--version` and sent as `shim_version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -57,15 +59,17 @@ where
         }
         Ok(Parsed::Run(invocation)) => {
             print_banner(stderr);
-            dispatch(invocation, stdout, stderr)
+            dispatch(*invocation, stdout, stderr)
         }
         Err(error) => usage_error(&error, stderr),
     }
 }
 
 /// Runs a parsed command. One arm per command.
-fn dispatch(invocation: Invocation, _stdout: &mut dyn Write, _stderr: &mut dyn Write) -> u8 {
-    match invocation.command {}
+fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    match invocation.command {
+        Command::Audit(command) => audit::run(command, &invocation.overrides, stdout, stderr),
+    }
 }
 
 /// Loads the configuration for a command: warnings are printed on stderr,
@@ -102,7 +106,10 @@ const USAGE_LINE: &str = "Usage: autogpt-shim [GLOBAL OPTIONS] <COMMAND> [COMMAN
 
 /// The commands of this build with a one-line summary each, for `--help`.
 /// Every command adds its line here when it arrives.
-const COMMANDS: &[(&str, &str)] = &[];
+const COMMANDS: &[(&str, &str)] = &[(
+    "audit",
+    "audit log tools: tail, show <seq>, verify, verify-all, export [--output PATH],\n              rotate, prune [--older-than DUR]",
+)];
 
 /// The `--help` text (stdout).
 pub fn help_text() -> String {

@@ -1,0 +1,902 @@
+//! `autogpt-shim audit …` (CLI.md §4.5, AUDIT.md §10–§11): the subcommands'
+//! arguments and everything they print, with the exit codes of §11.6.
+//!
+//! The work itself lives in [`crate::audit`] (verification, file discovery,
+//! following, the export bundle, the writer for `rotate`); this module turns
+//! its results into the exact lines the specification fixes and maps each
+//! failure to its exit code in one place. Results go to stdout, errors and
+//! warnings to stderr, progress only to a terminal. It never prints the
+//! audit key and never creates one: every key is loaded read-only.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::RecvTimeoutError;
+use lexopt::Arg::{Long, Short, Value};
+use lexopt::Parser;
+use serde_json::Value as Json;
+
+use super::args::{from_lexopt, text_value, value};
+use super::{PROGRAM, UsageError, VERSION, load_config};
+use crate::audit::anchor::Anchor;
+use crate::audit::canonical::repr_f64;
+use crate::audit::export::{ExportOptions, export};
+use crate::audit::files::{self, base_name, last_complete_line};
+use crate::audit::pretty::indent;
+use crate::audit::tail::Follower;
+use crate::audit::verify::{
+    AnchorFile, Violation, ViolationKind, check_file_link, check_tail_anchor, last_record_verifies,
+    verify_bytes, verify_bytes_with_progress,
+};
+use crate::audit::{AuditError, AuditKey, AuditLog, RotateReason, WriterOptions};
+use crate::config::{Config, Environment, Overrides};
+use crate::exit;
+use crate::secrets::{ErrorClass, KeyCheck, SecretError, SecretStore};
+use crate::text::one_line;
+use crate::{sys, timefmt};
+
+/// How often `tail` looks for appended lines (AUDIT.md §11.1).
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Files at least this large show verification progress on a terminal.
+const PROGRESS_MIN_BYTES: usize = 1024 * 1024;
+/// `prune` without `--older-than`.
+const DEFAULT_OLDER_THAN: &str = "90d";
+
+/// An `audit` subcommand with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditCommand {
+    /// `audit tail`: print the records, then follow appends.
+    Tail,
+    /// `audit show <seq>`: the first record with that seq.
+    Show {
+        /// The seq to look for.
+        seq: i128,
+    },
+    /// `audit verify`: the current file.
+    Verify,
+    /// `audit verify-all`: the current and every rotated file.
+    VerifyAll,
+    /// `audit export [--output PATH]`.
+    Export {
+        /// `--output`; default `./audit-export-<stamp>.zip`.
+        output: Option<PathBuf>,
+    },
+    /// `audit rotate`.
+    Rotate,
+    /// `audit prune [--older-than DUR]`. The value is kept as given: an
+    /// unparseable one has its own message and exit code (AUDIT.md §11.5),
+    /// not a usage error's.
+    Prune {
+        /// `--older-than`, unparsed.
+        older_than: Option<String>,
+    },
+}
+
+// ---- parsing ------------------------------------------------------------------
+
+/// Parses what follows `audit`.
+pub(crate) fn parse(parser: &mut Parser) -> Result<AuditCommand, UsageError> {
+    let name = match parser.next().map_err(from_lexopt)? {
+        None => return Err(UsageError::MissingArgument("audit subcommand")),
+        Some(Value(name)) => name,
+        Some(Long(option)) => return Err(UsageError::UnknownOption(format!("--{option}"))),
+        Some(Short(option)) => return Err(UsageError::UnknownOption(format!("-{option}"))),
+    };
+    let command = match name.to_str() {
+        Some("tail") => AuditCommand::Tail,
+        Some("show") => AuditCommand::Show {
+            seq: parse_seq(parser)?,
+        },
+        Some("verify") => AuditCommand::Verify,
+        Some("verify-all") => AuditCommand::VerifyAll,
+        Some("rotate") => AuditCommand::Rotate,
+        Some("export") => {
+            let mut output = None;
+            while let Some(arg) = parser.next().map_err(from_lexopt)? {
+                match arg {
+                    Long("output") => output = Some(PathBuf::from(value(parser, "--output")?)),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            return Ok(AuditCommand::Export { output });
+        }
+        Some("prune") => {
+            let mut older_than = None;
+            while let Some(arg) = parser.next().map_err(from_lexopt)? {
+                match arg {
+                    Long("older-than") => {
+                        older_than = Some(text_value(parser, "--older-than")?);
+                    }
+                    other => return Err(unexpected(other)),
+                }
+            }
+            return Ok(AuditCommand::Prune { older_than });
+        }
+        _ => {
+            return Err(UsageError::UnknownCommand(format!(
+                "audit {}",
+                name.to_string_lossy()
+            )));
+        }
+    };
+    // The other subcommands take nothing more.
+    match parser.next().map_err(from_lexopt)? {
+        None => Ok(command),
+        Some(other) => Err(unexpected(other)),
+    }
+}
+
+/// `<seq>` of `show`: a decimal integer, optionally signed.
+fn parse_seq(parser: &mut Parser) -> Result<i128, UsageError> {
+    let raw = match parser.next().map_err(from_lexopt)? {
+        Some(Value(raw)) => raw,
+        None => return Err(UsageError::MissingArgument("<seq> for audit show")),
+        Some(other) => return Err(unexpected(other)),
+    };
+    let text = raw.to_string_lossy();
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(&text);
+    let seq = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        text.parse::<i128>().ok()
+    } else {
+        None
+    };
+    let seq = seq.ok_or_else(|| UsageError::InvalidArgument {
+        what: "<seq> (expected an integer)",
+        value: text.clone().into_owned(),
+    })?;
+    match parser.next().map_err(from_lexopt)? {
+        None => Ok(seq),
+        Some(other) => Err(unexpected(other)),
+    }
+}
+
+fn unexpected(arg: lexopt::Arg<'_>) -> UsageError {
+    match arg {
+        Long(option) => UsageError::UnknownOption(format!("--{option}")),
+        Short(option) => UsageError::UnknownOption(format!("-{option}")),
+        Value(value) => UsageError::UnexpectedArgument(value.to_string_lossy().into_owned()),
+    }
+}
+
+/// A `--older-than` value in seconds: ASCII digits and one unit letter
+/// `d`, `h`, `m` or `s` (either case). No sign, no spaces, no underscores
+/// (AUDIT.md §11.5 hardening note). A number too large for the counter
+/// saturates: the cutoff is then before every record.
+pub fn parse_duration(text: &str) -> Option<u64> {
+    let unit = text.chars().next_back()?;
+    let digits = &text[..text.len() - unit.len_utf8()];
+    let unit_seconds: u64 = match unit {
+        'd' | 'D' => 86_400,
+        'h' | 'H' => 3_600,
+        'm' | 'M' => 60,
+        's' | 'S' => 1,
+        _ => return None,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let count = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Some(count.saturating_mul(unit_seconds))
+}
+
+// ---- running ------------------------------------------------------------------
+
+/// Runs an `audit` subcommand and returns the exit code.
+pub(crate) fn run(
+    command: AuditCommand,
+    overrides: &Overrides,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> u8 {
+    let config = match load_config(overrides, stderr) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    match command {
+        AuditCommand::Tail => tail(&config.audit_log_path, stdout, stderr),
+        AuditCommand::Show { seq } => show(&config.audit_log_path, seq, stdout, stderr),
+        AuditCommand::Verify => verify(&config, stdout, stderr),
+        AuditCommand::VerifyAll => verify_all(&config, stdout, stderr),
+        AuditCommand::Export { output } => export_bundle(&config, output, stdout, stderr),
+        AuditCommand::Rotate => rotate(&config, stdout, stderr),
+        AuditCommand::Prune { older_than } => prune(
+            &config.audit_log_path,
+            older_than.as_deref().unwrap_or(DEFAULT_OLDER_THAN),
+            stdout,
+            stderr,
+        ),
+    }
+}
+
+/// Writes one line; a closed stream is not worth a failure here (the exit
+/// code still tells the result).
+macro_rules! say {
+    ($out:expr) => {{
+        let _ = writeln!($out);
+    }};
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+fn not_found(path: &Path, stderr: &mut dyn Write) -> u8 {
+    say!(stderr, "Audit log not found: {}", path.display());
+    exit::NEGATIVE_RESULT
+}
+
+/// Whether the current file exists; reports the failure to find out.
+fn check_current(path: &Path, stderr: &mut dyn Write) -> Result<(), u8> {
+    match files::current_exists(path) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(not_found(path, stderr)),
+        Err(e) => {
+            say!(stderr, "Could not read {}: {e}", path.display());
+            Err(exit::NEGATIVE_RESULT)
+        }
+    }
+}
+
+fn list_files(path: &Path, current: bool, stderr: &mut dyn Write) -> Result<Vec<PathBuf>, u8> {
+    let listed = if current {
+        files::all_files(path)
+    } else {
+        files::rotated_files(path)
+    };
+    listed.map_err(|e| {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        say!(
+            stderr,
+            "Could not list the audit log directory {}: {e}",
+            dir.display()
+        );
+        exit::NEGATIVE_RESULT
+    })
+}
+
+/// Loads the audit key read-only through the secret store (AUTH.md §8):
+/// never creates one. The file-store warning goes to stderr; a failure is
+/// `Could not load audit key: <reason>` and exit 2 (70 for a bug).
+fn load_key(config: &Config, stderr: &mut dyn Write) -> Result<AuditKey, u8> {
+    let env = Environment::from_process();
+    let selected = SecretStore::select(&config.paths, &env).map_err(|e| key_failure(&e, stderr))?;
+    if let Some(warning) = &selected.warning {
+        say!(stderr, "{PROGRAM}: {warning}");
+    }
+    let log = config.audit_log_path.clone();
+    // Only consulted for a key recovered from the reference's legacy file:
+    // it must verify the newest record before it is used.
+    let mut check = |key: &AuditKey| match last_record_verifies(&log, key) {
+        Ok(None) => KeyCheck::NoRecords,
+        Ok(Some(true)) => KeyCheck::Verified,
+        Ok(Some(false)) => KeyCheck::Mismatch,
+        Err(why) => KeyCheck::Failed(why),
+    };
+    selected
+        .store
+        .audit_key_read_only(&mut check)
+        .map_err(|e| key_failure(&e, stderr))
+}
+
+fn key_failure(error: &SecretError, stderr: &mut dyn Write) -> u8 {
+    say!(stderr, "Could not load audit key: {error}");
+    match error.class() {
+        ErrorClass::Internal => exit::EX_SOFTWARE,
+        ErrorClass::Config | ErrorClass::Unavailable => exit::USAGE,
+    }
+}
+
+// ---- tail (§11.1) ---------------------------------------------------------------
+
+fn tail(path: &Path, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    if let Err(code) = check_current(path, stderr) {
+        return code;
+    }
+    // Blocked before any other thread exists, so every thread inherits the
+    // mask and only the waiting thread below ever accepts the signal.
+    let signals = match sys::block_termination_signals() {
+        Ok(signals) => signals,
+        Err(e) => {
+            say!(stderr, "{PROGRAM}: cannot block termination signals: {e}");
+            return exit::EX_SOFTWARE;
+        }
+    };
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<i32>(1);
+    let waiter = std::thread::Builder::new()
+        .name("audit-tail-signals".into())
+        .spawn(move || {
+            if let Ok(signal) = sys::wait_for_termination_signal(&signals) {
+                let _ = stop_tx.send(signal);
+            }
+        });
+    if let Err(e) = waiter {
+        say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
+        return exit::EX_SOFTWARE;
+    }
+    let mut follower = match Follower::open(path) {
+        Ok(follower) => follower,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return not_found(path, stderr),
+        Err(e) => {
+            say!(stderr, "Could not read {}: {e}", path.display());
+            return exit::NEGATIVE_RESULT;
+        }
+    };
+    loop {
+        let lines = match follower.poll() {
+            Ok(lines) => lines,
+            Err(e) => {
+                say!(stderr, "Could not read {}: {e}", path.display());
+                return exit::NEGATIVE_RESULT;
+            }
+        };
+        for line in lines {
+            if let Some(text) = tail_line(&line) {
+                // A reader that went away (`tail | head`) ends the command.
+                if writeln!(stdout, "{text}").is_err() {
+                    return exit::SUCCESS;
+                }
+            }
+        }
+        if stdout.flush().is_err() {
+            return exit::SUCCESS;
+        }
+        match stop_rx.recv_timeout(POLL_INTERVAL) {
+            Ok(_) => return exit::SUCCESS,
+            Err(RecvTimeoutError::Timeout) => {}
+            // The signal thread failed; keep the polling interval anyway.
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(POLL_INTERVAL),
+        }
+    }
+}
+
+/// One record as `tail` shows it: `seq=<seq:>5>  <op:<22>  <marker>`;
+/// `[unparseable] <line>` for a line that is not a JSON object; `None` for
+/// a blank line.
+pub fn tail_line(line: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    // Log lines are untrusted: control characters (a terminal escape
+    // sequence in an `op`, say) are shown escaped, never sent raw.
+    let Ok(Json::Object(record)) = serde_json::from_str::<Json>(text) else {
+        return Some(format!("[unparseable] {}", one_line(text)));
+    };
+    let field = |name: &str| record.get(name).map_or_else(|| "?".to_owned(), python_str);
+    let seq = one_line(&field("seq"));
+    let op = one_line(&field("op"));
+    let result = record.get("result");
+    let ok = result.and_then(|r| r.get("ok")).is_some_and(truthy);
+    let marker = if ok {
+        "ok".to_owned()
+    } else {
+        let code = result.and_then(|r| r.get("error_code"));
+        let code = code.map_or_else(|| "None".to_owned(), python_str);
+        format!("err:{}", one_line(&code))
+    };
+    Some(format!("seq={seq:>5}  {op:<22}  {marker}"))
+}
+
+/// How Python's `str()` shows a JSON value (the reference formats the
+/// fields it prints that way).
+fn python_str(value: &Json) -> String {
+    match value {
+        Json::Null => "None".to_owned(),
+        Json::Bool(true) => "True".to_owned(),
+        Json::Bool(false) => "False".to_owned(),
+        Json::String(s) => s.clone(),
+        Json::Number(n) if n.is_f64() => n
+            .as_f64()
+            .and_then(|f| repr_f64(f).ok())
+            .unwrap_or_else(|| n.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// Python truthiness of a JSON value.
+fn truthy(value: &Json) -> bool {
+    match value {
+        Json::Null => false,
+        Json::Bool(b) => *b,
+        Json::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Json::String(s) => !s.is_empty(),
+        Json::Array(a) => !a.is_empty(),
+        Json::Object(o) => !o.is_empty(),
+    }
+}
+
+// ---- show (§11.2) ---------------------------------------------------------------
+
+fn show(path: &Path, seq: i128, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    let logs = match list_files(path, true, stderr) {
+        Ok(logs) => logs,
+        Err(code) => return code,
+    };
+    for log in &logs {
+        match find_record(log, seq) {
+            Ok(Some(line)) => {
+                say!(stdout, "# from {}", base_name(log));
+                say!(stdout, "{}", indent(&line));
+                return exit::SUCCESS;
+            }
+            Ok(None) => {}
+            Err(e) => say!(stderr, "Could not read {}: {e}", log.display()),
+        }
+    }
+    say!(
+        stdout,
+        "No record with seq={seq} in {} or rotated files.",
+        path.display()
+    );
+    exit::NEGATIVE_RESULT
+}
+
+/// The first line of `log` holding a record with this integer `seq`;
+/// blank and unparseable lines are skipped.
+fn find_record(log: &Path, seq: i128) -> io::Result<Option<String>> {
+    let mut reader = BufReader::new(File::open(log)?);
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        if reader.read_until(b'\n', &mut raw)? == 0 {
+            return Ok(None);
+        }
+        let Ok(text) = std::str::from_utf8(&raw) else {
+            continue;
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let Ok(Json::Object(record)) = serde_json::from_str::<Json>(text) else {
+            continue;
+        };
+        let found = match record.get("seq") {
+            Some(Json::Number(n)) if !n.is_f64() => n
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| n.as_u64().map(i128::from)),
+            _ => None,
+        };
+        if found == Some(seq) {
+            return Ok(Some(text.to_owned()));
+        }
+    }
+}
+
+// ---- verify (§10.2) and verify-all (§10.3) ---------------------------------------
+
+fn verify(config: &Config, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    let path = &config.audit_log_path;
+    if let Err(code) = check_current(path, stderr) {
+        return code;
+    }
+    let key = match load_key(config, stderr) {
+        Ok(key) => key,
+        Err(code) => return code,
+    };
+    let violations = match verify_current(path, &key, stderr) {
+        Ok((_, violations)) => violations,
+        Err(e) => {
+            say!(stderr, "Could not read {}: {e}", path.display());
+            return exit::NEGATIVE_RESULT;
+        }
+    };
+    print_block(stdout, &base_name(path), &violations);
+    if violations.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::NEGATIVE_RESULT
+    }
+}
+
+fn verify_all(config: &Config, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    let key = match load_key(config, stderr) {
+        Ok(key) => key,
+        Err(code) => return code,
+    };
+    let path = &config.audit_log_path;
+    let logs = match list_files(path, true, stderr) {
+        Ok(logs) => logs,
+        Err(code) => return code,
+    };
+    if logs.is_empty() {
+        say!(stdout, "No audit logs found.");
+        return exit::SUCCESS;
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut failed = 0usize;
+    for log in &logs {
+        let name = base_name(log);
+        let checked = if log == path {
+            verify_current(path, &key, stderr)
+        } else {
+            std::fs::read(log).map(|bytes| {
+                let violations = verify_with_progress(&name, &bytes, &key, stderr);
+                (bytes, violations)
+            })
+        };
+        let violations = match checked {
+            Ok((bytes, mut violations)) => {
+                violations.extend(check_file_link(&bytes, dir));
+                violations
+            }
+            // Gone since it was listed: what §10.1 says of a missing file.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => vec![Violation {
+                kind: ViolationKind::Truncated,
+                seq: None,
+                message: format!("audit log not found: {}", log.display()),
+            }],
+            Err(e) => {
+                say!(stdout, "{name}: cannot be read: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        print_block(stdout, &name, &violations);
+        if !violations.is_empty() {
+            failed += 1;
+        }
+    }
+    say!(stdout);
+    if failed == 0 {
+        say!(stdout, "All {} files verified clean.", logs.len());
+        exit::SUCCESS
+    } else {
+        say!(stdout, "{failed} of {} files have violations.", logs.len());
+        exit::NEGATIVE_RESULT
+    }
+}
+
+/// §10.1 on the current file plus its tail anchor (AUDIT.md §4); returns
+/// the bytes verified and the violations.
+///
+/// The anchor is read before the log: a daemon appending meanwhile only
+/// moves the anchor to records the log read afterwards already holds. A
+/// rotation in between can still leave the two out of step; then the anchor
+/// has changed by the time the check fails, and the check is repeated on
+/// fresh reads (a few times at most).
+fn verify_current(
+    path: &Path,
+    key: &AuditKey,
+    stderr: &mut dyn Write,
+) -> io::Result<(Vec<u8>, Vec<Violation>)> {
+    const ATTEMPTS: usize = 3;
+    let name = base_name(path);
+    let mut elsewhere = |anchor: &Anchor| rotated_file_ends_with(path, anchor);
+    let mut attempt = 1;
+    loop {
+        let anchor = AnchorFile::read(path);
+        let bytes = std::fs::read(path)?;
+        let anchor_violations =
+            check_tail_anchor(&bytes, &name, &anchor, key, VERSION, &mut elsewhere);
+        if !anchor_violations.is_empty() && attempt < ATTEMPTS && AnchorFile::read(path) != anchor {
+            attempt += 1;
+            continue;
+        }
+        let mut violations = verify_with_progress(&name, &bytes, key, stderr);
+        violations.extend(anchor_violations);
+        return Ok((bytes, violations));
+    }
+}
+
+/// Whether some rotated file's last complete record is the anchored one
+/// (the anchor was not yet moved on when a rotation was interrupted).
+fn rotated_file_ends_with(current: &Path, anchor: &Anchor) -> bool {
+    let Ok(rotated) = files::rotated_files(current) else {
+        return false;
+    };
+    rotated.iter().any(|log| {
+        let last = File::open(log)
+            .and_then(|mut file| last_complete_line(&mut file))
+            .ok()
+            .flatten();
+        let Some(Ok(Json::Object(record))) = last.map(|l| serde_json::from_slice::<Json>(&l))
+        else {
+            return false;
+        };
+        record.get("seq").and_then(Json::as_u64) == Some(anchor.seq)
+            && record.get("hmac").and_then(Json::as_str) == Some(anchor.hmac.as_str())
+    })
+}
+
+/// Verifies with a percentage on stderr when stderr is a terminal and the
+/// file is large; otherwise silently.
+fn verify_with_progress(
+    name: &str,
+    bytes: &[u8],
+    key: &AuditKey,
+    stderr: &mut dyn Write,
+) -> Vec<Violation> {
+    if bytes.len() < PROGRESS_MIN_BYTES || !rustix::termios::isatty(io::stderr()) {
+        return verify_bytes(bytes, key);
+    }
+    let total = bytes.len() as u128;
+    let mut shown = None;
+    let violations = verify_bytes_with_progress(bytes, key, &mut |done| {
+        let percent = (done as u128 * 100 / total).min(100);
+        if shown != Some(percent) {
+            shown = Some(percent);
+            let _ = write!(stderr, "\rverifying {name}: {percent:>3}%");
+            let _ = stderr.flush();
+        }
+    });
+    // Erase the progress line so that only results remain.
+    let _ = write!(stderr, "\r\x1b[2K");
+    let _ = stderr.flush();
+    violations
+}
+
+/// `<name>: OK` or `<name>: <n> violation(s)` and one indented line each.
+fn print_block(stdout: &mut dyn Write, name: &str, violations: &[Violation]) {
+    if violations.is_empty() {
+        say!(stdout, "{name}: OK");
+        return;
+    }
+    say!(stdout, "{name}: {} violation(s)", violations.len());
+    for violation in violations {
+        say!(stdout, "  {violation}");
+    }
+}
+
+// ---- export (§11.4) ---------------------------------------------------------------
+
+fn export_bundle(
+    config: &Config,
+    output: Option<PathBuf>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> u8 {
+    let key = match load_key(config, stderr) {
+        Ok(key) => key,
+        Err(code) => return code,
+    };
+    let logs = match list_files(&config.audit_log_path, true, stderr) {
+        Ok(logs) => logs,
+        Err(code) => return code,
+    };
+    if logs.is_empty() {
+        say!(stdout, "Nothing to export — no audit logs present.");
+        return exit::NEGATIVE_RESULT;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let micros = i64::try_from(now.as_micros()).unwrap_or(i64::MAX);
+    let output = output.unwrap_or_else(|| {
+        Path::new(".").join(format!(
+            "audit-export-{}.zip",
+            timefmt::local_stamp(seconds)
+        ))
+    });
+    let options = ExportOptions {
+        exported_at: timefmt::utc_iso_micros(micros),
+        modified: timefmt::local_zone().civil(seconds),
+        force_zip64: false,
+    };
+    match export(&logs, &output, &key, &options) {
+        Ok(done) => {
+            say!(stdout, "Wrote {}", output.display());
+            say!(stdout, "  files: {}", done.files.len());
+            say!(stdout, "  signature (HMAC-SHA256): {}", done.signature);
+            exit::SUCCESS
+        }
+        Err(AuditError::OutputExists(path)) => {
+            say!(
+                stderr,
+                "Could not write {}: it already exists; refusing to replace it",
+                path.display()
+            );
+            exit::EX_CANTCREAT
+        }
+        Err(AuditError::Output(why)) => {
+            say!(stderr, "Could not write the export: {why}");
+            exit::EX_CANTCREAT
+        }
+        Err(AuditError::Read(why)) => {
+            say!(stderr, "Could not read {why}");
+            exit::NEGATIVE_RESULT
+        }
+        Err(other) => {
+            say!(stderr, "{PROGRAM}: internal error during export: {other}");
+            exit::EX_SOFTWARE
+        }
+    }
+}
+
+// ---- rotate (§11.3) ----------------------------------------------------------------
+
+fn rotate(config: &Config, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    let path = &config.audit_log_path;
+    if let Err(code) = check_current(path, stderr) {
+        return code;
+    }
+    let key = match load_key(config, stderr) {
+        Ok(key) => key,
+        Err(code) => return code,
+    };
+    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut options = WriterOptions::new(path.clone(), VERSION);
+    // `AUDIT_ROTATED` carries the machine id like every record; a machine
+    // whose id cannot be determined writes "-" rather than not rotating.
+    options.machine_id = config.machine_id().ok().map(str::to_owned);
+    let sink = warnings.clone();
+    options.warn = Arc::new(move |warning: &str| {
+        if let Ok(mut list) = sink.lock() {
+            list.push(warning.to_owned());
+        }
+    });
+    let result = match AuditLog::open(options, key) {
+        Ok((log, thread)) => {
+            // A torn or unverifiable file is already rotated away while
+            // opening; that is the rotation the user asked for.
+            let result = match log.rotated_at_open() {
+                Some(rotated) => Ok(Some(rotated.to_owned())),
+                None => log.rotate(RotateReason::Explicit),
+            };
+            drop(log);
+            thread.join();
+            result
+        }
+        Err(e) => Err(e),
+    };
+    if let Ok(list) = warnings.lock() {
+        for warning in list.iter() {
+            say!(stderr, "{PROGRAM}: warning: {warning}");
+        }
+    }
+    match result {
+        Ok(None) => {
+            say!(stdout, "Audit log was empty; nothing to rotate.");
+            exit::SUCCESS
+        }
+        Ok(Some(rotated)) => {
+            say!(stdout, "Rotated to {}", rotated.display());
+            exit::SUCCESS
+        }
+        Err(error @ AuditError::Locked(_)) => {
+            say!(
+                stderr,
+                "Could not rotate: {error}; a running daemon owns the audit log, \
+                 stop it or try again later"
+            );
+            exit::EX_TEMPFAIL
+        }
+        Err(error) => {
+            say!(stderr, "Could not rotate {}: {error}", path.display());
+            exit::NEGATIVE_RESULT
+        }
+    }
+}
+
+// ---- prune (§11.5) -------------------------------------------------------------------
+
+fn prune(path: &Path, older_than: &str, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    let Some(seconds) = parse_duration(older_than) else {
+        say!(
+            stderr,
+            "Could not parse duration: '{older_than}'. Use e.g. 90d, 12h, 30m."
+        );
+        return exit::USAGE;
+    };
+    let rotated = match list_files(path, false, stderr) {
+        Ok(rotated) => rotated,
+        Err(code) => return code,
+    };
+    if rotated.is_empty() {
+        say!(stdout, "No rotated audit files to prune.");
+        return exit::SUCCESS;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let cutoff = now - seconds as f64;
+    let mut deleted = 0usize;
+    for log in &rotated {
+        let name = base_name(log);
+        let Some(newest) = newest_ts(log) else {
+            say!(stderr, "Skipped {name}: cannot read newest record");
+            continue;
+        };
+        if newest >= cutoff {
+            continue;
+        }
+        match std::fs::remove_file(log) {
+            Ok(()) => {
+                deleted += 1;
+                say!(stdout, "Deleted {name} (newest_ts={})", round_ts(newest));
+            }
+            Err(e) => say!(stderr, "Could not delete {name}: {e}"),
+        }
+    }
+    say!(stdout);
+    say!(
+        stdout,
+        "Pruned {deleted} of {} rotated files.",
+        rotated.len()
+    );
+    exit::SUCCESS
+}
+
+/// `ts` of the last complete record of `log` (a missing `ts` counts as 0);
+/// `None` when it cannot be read or does not parse.
+fn newest_ts(log: &Path) -> Option<f64> {
+    let line = File::open(log)
+        .and_then(|mut file| last_complete_line(&mut file))
+        .ok()??;
+    let Json::Object(record) = serde_json::from_slice::<Json>(&line).ok()? else {
+        return None;
+    };
+    match record.get("ts") {
+        None => Some(0.0),
+        Some(Json::Number(n)) => n.as_f64(),
+        Some(_) => None,
+    }
+}
+
+/// Python's `round()` of a float, shown as an integer (ties to even).
+fn round_ts(ts: f64) -> String {
+    let rounded = ts.round_ties_even();
+    // `-0.3` rounds to `-0.0`, which Python's integer prints as `0`.
+    let rounded = if rounded == 0.0 { 0.0 } else { rounded };
+    format!("{rounded:.0}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_digits_and_one_unit_only() {
+        assert_eq!(parse_duration("90d"), Some(90 * 86_400));
+        assert_eq!(parse_duration("12H"), Some(12 * 3_600));
+        assert_eq!(parse_duration("30m"), Some(1_800));
+        assert_eq!(parse_duration("0s"), Some(0));
+        for bad in [
+            "", "d", "-5d", "+5d", " 5d", "5 d", "1_0d", "5", "5w", "5dd", "٣d",
+        ] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_duration("99999999999999999999999d"), Some(u64::MAX));
+    }
+
+    #[test]
+    fn tail_lines_follow_the_reference_layout() {
+        let line = br#"{"seq": 3, "op": "JAIL_VIOLATION", "result": {"ok": false, "error_code": "PATH_OUTSIDE_ALLOWED_ROOT"}}"#;
+        assert_eq!(
+            tail_line(line).unwrap_or_default(),
+            "seq=    3  JAIL_VIOLATION          err:PATH_OUTSIDE_ALLOWED_ROOT"
+        );
+        assert_eq!(
+            tail_line(br#"{"result": {"ok": false, "error_code": null}}"#).unwrap_or_default(),
+            "seq=    ?  ?                       err:None"
+        );
+        assert_eq!(
+            tail_line(br#"{"seq": 1, "op": "SHIM_START", "result": {"ok": true}}"#)
+                .unwrap_or_default(),
+            "seq=    1  SHIM_START              ok"
+        );
+        assert_eq!(tail_line(b"  \r"), None);
+        assert_eq!(
+            tail_line(br#"{"seq": 2, "op": "X\u001b[2J", "result": {"ok": true}}"#)
+                .unwrap_or_default(),
+            "seq=    2  X\\u{1b}[2J              ok"
+        );
+        assert_eq!(
+            tail_line(b"{\"seq\": 4, \"op\xff").unwrap_or_default(),
+            "[unparseable] {\"seq\": 4, \"op\u{fffd}"
+        );
+    }
+
+    #[test]
+    fn rounding_is_python_round() {
+        assert_eq!(round_ts(1712345678.5), "1712345678");
+        assert_eq!(round_ts(1712345679.5), "1712345680");
+        assert_eq!(round_ts(0.0), "0");
+        assert_eq!(round_ts(-0.3), "0");
+    }
+}
