@@ -368,3 +368,22 @@ fn deleting_or_reordering_records_or_truncating_is_caught() {
         assert_eq!(violations[0].kind.as_str(), "truncated", "cut at {cut}");
     }
 }
+
+#[test]
+fn export_manifest_vector_matches_the_implementation_and_the_log() {
+    use autogpt_shim::audit::export::{ManifestEntry, manifest_json};
+    let manifest = std::fs::read_to_string(vectors().join("export/manifest.json")).unwrap();
+    let sig = std::fs::read_to_string(vectors().join("export/manifest.sig")).unwrap();
+    assert_eq!(manifest.len(), 206);
+    assert_eq!(key().hmac_hex(manifest.as_bytes()), sig);
+    let log = spec_file();
+    let built = manifest_json(
+        "2024-04-05T19:41:20.000123+00:00",
+        &[ManifestEntry {
+            name: "audit.log".into(),
+            sha256: hex(&Sha256::digest(&log)),
+            size: log.len() as u64,
+        }],
+    );
+    assert_eq!(built, manifest);
+}
