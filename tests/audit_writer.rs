@@ -205,11 +205,18 @@ fn a_torn_last_line_is_rotated_away_and_a_new_chain_starts() {
         .unwrap()
         .write_all(b"{\"ts\": 17123")
         .unwrap();
-    let (log, thread) = open(&path);
+    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut o = options(&path);
+    let sink = warnings.clone();
+    o.warn = Arc::new(move |w| sink.lock().unwrap().push(w.to_owned()));
+    let (log, thread) = AuditLog::open(o, key()).unwrap();
     log.write(entry("Y", 9)).unwrap();
     close(log, thread);
     let rotated = rotated_files(path.parent().unwrap());
     assert_eq!(rotated.len(), 1);
+    let warnings = warnings.lock().unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("set aside unchanged"), "{warnings:?}");
     let torn = verify_bytes(&std::fs::read(&rotated[0]).unwrap(), &key());
     assert_eq!(torn[0].kind.as_str(), "truncated");
     let recs = records(&path);

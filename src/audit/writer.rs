@@ -510,6 +510,13 @@ impl State {
             Recovered::Unusable(last) => {
                 state.chain = last;
                 state.rotated_at_open = state.rotate(RotateReason::Recovery, true)?;
+                if let Some(rotated) = &state.rotated_at_open {
+                    (state.options.warn)(&format!(
+                        "{} ended with a torn or unverifiable record; it was set aside unchanged as {} and a new log was started",
+                        state.options.path.display(),
+                        rotated.display()
+                    ));
+                }
             }
         }
         Ok(state)
