@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 
 use super::anchor::Anchor;
 use super::canonical::{CanonError, canonical};
+use super::files::last_complete_line;
 use super::record::{AuditKey, Details, Outcome, Record};
 use crate::protocol::json::parse_strict_for_audit;
 
@@ -530,8 +531,10 @@ impl State {
         }
         let path = self.options.path.clone();
         let mut reader = File::open(&path).map_err(|e| io_err("cannot read", &path, e))?;
-        let (last_line, ends_with_lf) = last_complete_line(&mut reader, self.size)
-            .map_err(|e| io_err("cannot read", &path, e))?;
+        let last_line =
+            last_complete_line(&mut reader).map_err(|e| io_err("cannot read", &path, e))?;
+        let ends_with_lf =
+            ends_with_lf(&mut reader, self.size).map_err(|e| io_err("cannot read", &path, e))?;
         let first_ts = first_record_ts(&mut reader).ok().flatten();
         let parsed = last_line
             .as_deref()
@@ -897,53 +900,12 @@ fn tighten(path: &Path, mode: u32, options: &WriterOptions) -> Result<(), AuditE
     Ok(())
 }
 
-/// The last LF-terminated line of a file of `size` bytes (scanning back as
-/// far as needed), and whether the file ends with LF.
-fn last_complete_line(file: &mut File, size: u64) -> io::Result<(Option<Vec<u8>>, bool)> {
-    const CHUNK: u64 = 64 * 1024;
+/// Whether a non-empty file ends with LF (a torn last line otherwise).
+fn ends_with_lf(file: &mut File, size: u64) -> io::Result<bool> {
     let mut last = [0u8; 1];
     file.seek(SeekFrom::Start(size - 1))?;
     file.read_exact(&mut last)?;
-    let ends_with_lf = last[0] == b'\n';
-    // Position of the LF that ends the last complete line.
-    let end = if ends_with_lf {
-        size - 1
-    } else {
-        match rfind_lf(file, size, CHUNK)? {
-            Some(p) => p,
-            None => return Ok((None, false)),
-        }
-    };
-    let start = match rfind_lf(file, end, CHUNK)? {
-        Some(p) => p + 1,
-        None => 0,
-    };
-    let mut line = vec![0u8; (end - start) as usize];
-    file.seek(SeekFrom::Start(start))?;
-    file.read_exact(&mut line)?;
-    // Blank trailing lines are skipped by readers; an all-blank tail means
-    // there is no record to resume from.
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Ok((None, ends_with_lf));
-    }
-    Ok((Some(line), ends_with_lf))
-}
-
-/// The position of the last LF strictly before `before`.
-fn rfind_lf(file: &mut File, before: u64, chunk: u64) -> io::Result<Option<u64>> {
-    let mut end = before;
-    let mut buf = vec![0u8; chunk as usize];
-    while end > 0 {
-        let start = end.saturating_sub(chunk);
-        let len = (end - start) as usize;
-        file.seek(SeekFrom::Start(start))?;
-        file.read_exact(&mut buf[..len])?;
-        if let Some(i) = buf[..len].iter().rposition(|&b| b == b'\n') {
-            return Ok(Some(start + i as u64));
-        }
-        end = start;
-    }
-    Ok(None)
+    Ok(last[0] == b'\n')
 }
 
 /// `ts` of the first record (for the age trigger), reading at most 1 MiB.
