@@ -10,6 +10,8 @@
 //! * [`jail`] — the path jail: the Python-compatible accept/reject decision
 //!   and fd-based enforcement beneath a pinned root directory.
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
+//! * [`exec`] — `EXECUTE_COMMAND`: environment, shell, jailed working
+//!   directory, output budget and the timeout's termination sequence.
 //! * [`audit`] — the HMAC-chained audit log: records, canonical form,
 //!   verification.
 //! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.
@@ -18,7 +20,7 @@
 //! * [`text`] — untrusted text made safe to show on one line.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
 //! * [`sys`] — the few C library calls std and rustix lack (blocking and
-//!   waiting for termination signals).
+//!   waiting for termination signals, the commands' pre-exec hook).
 //!
 //! Nothing in this crate uses `unsafe`; where the operating system forces it,
 //! it is confined to the small [`sys`] module with a `SAFETY` comment per
@@ -28,6 +30,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod exec;
 pub mod exit;
 pub mod files;
 pub mod jail;

@@ -2,17 +2,22 @@
 //! and `rustix` do not cover: blocking the termination signals in a thread
 //! and waiting for one of them (`audit tail`, later `start`), so that a
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
-//! default action of killing the process.
+//! default action of killing the process; and the pre-exec hook that puts
+//! a command in its own session and working directory (EXEC.md §6).
 //!
 //! This is the one module allowed `unsafe` (CLI.md §4.2 hardening note:
 //! SIGTERM is what service managers send). Every block carries a `SAFETY`
 //! comment. It must never install an asynchronous signal handler: signals
 //! are blocked and then accepted synchronously with `sigwait`, so no code
-//! ever runs in signal context.
+//! ever runs in signal context. Code running between `fork` and `exec` must
+//! never allocate, lock or call anything that is not async-signal-safe.
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 
 /// A set of blocked signals, to be waited for with
 /// [`wait_for_termination_signal`].
@@ -74,4 +79,97 @@ pub fn wait_for_termination_signal(set: &SignalSet) -> io::Result<i32> {
             error => return Err(io::Error::from_raw_os_error(error)),
         }
     }
+}
+
+/// Arranges for the child of `command` to start a new session (so its pid
+/// is the process-group id the shim signals), to enter the directory `cwd`
+/// with `fchdir` (no path is walked again after the jail opened it), to
+/// start with an empty signal mask and the default `SIGPIPE` action, and to
+/// inherit no descriptor besides its standard streams (EXEC.md §6), and to
+/// receive SIGKILL when the thread that spawned it ends (EXEC.md §11 L2).
+///
+/// `cwd` must stay open until `command` has been spawned; the caller keeps
+/// the owning descriptor alive across the spawn call. The parent-death
+/// signal fires when the spawning *thread* exits, so the caller must
+/// outlive the direct child in that thread (supervising it until it has
+/// exited does).
+pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::Result<()> {
+    let cwd = cwd.as_raw_fd();
+    let shim = std::process::id();
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
+    // valid for writes of one `sigset_t`. Built here, before the fork, so
+    // the child only has to install it.
+    let rc = unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `sigemptyset` succeeded, so the set is initialised.
+    let empty = unsafe { empty.assume_init() };
+    let hook = move || -> io::Result<()> {
+        // Everything below runs in the forked child before `exec`: only
+        // async-signal-safe calls, no allocation (io::Error from an errno
+        // number does not allocate).
+        // SAFETY: `setsid` takes no arguments and only changes the calling
+        // process; it fails only if the child already leads a group, which
+        // a freshly forked child never does.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: prctl with integer arguments only changes the calling
+        // process's own parent-death signal.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The shim may have died before the prctl took effect; then the
+        // child was re-parented already and must not run.
+        // SAFETY: `getppid` takes no arguments and cannot fail.
+        let parent = unsafe { libc::getppid() };
+        if u32::try_from(parent).ok() != Some(shim) {
+            // SAFETY: `_exit` ends the forked child at once without running
+            // the parent's atexit handlers or flushing its buffers.
+            unsafe { libc::_exit(127) };
+        }
+        // SAFETY: `cwd` is a descriptor the parent keeps open across the
+        // spawn, so it is valid in the child's copy of the table.
+        if unsafe { libc::fchdir(cwd) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `empty` is an initialised `sigset_t` captured by value; a
+        // null old-set pointer is allowed.
+        // (sigprocmask rather than pthread_sigmask: only the former is on
+        // the async-signal-safe list; the forked child has one thread.)
+        if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `signal` is async-signal-safe; SIG_DFL for SIGPIPE is a
+        // valid disposition (an ignored disposition would survive `exec`).
+        if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
+        // Descriptors the shim opens itself are close-on-exec; marking all
+        // above the standard streams also covers any that a library, or
+        // whatever started the shim, left without the flag. The cwd
+        // descriptor was used above, and std's own error-reporting pipe is
+        // close-on-exec anyway. Kernels without close_range (before 5.11)
+        // keep the flags as they were.
+        // SAFETY: a raw system call with integer arguments only; it touches
+        // nothing but this process's descriptor flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+            );
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only calls async-signal-safe functions (setsid,
+    // prctl, getppid, _exit, fchdir, sigprocmask, signal, close_range) and
+    // allocates nothing.
+    unsafe {
+        command.pre_exec(hook);
+    }
+    Ok(())
 }

@@ -1,0 +1,353 @@
+//! `EXECUTE_COMMAND` (EXEC.md): from a decoded request to a
+//! `COMMAND_RESULT` or an error, in the specification's step order (steps
+//! 5–12; the daemon's gates, the shell switch and the rate and concurrency
+//! limits run before [`execute`] is called).
+//!
+//! [`execute`] returns an [`Outcome`]: the reply plus what to audit. This
+//! module never writes audit records or frames itself, never passes the
+//! shim's own environment to a command beyond the safe baseline (tokens
+//! and keys stay in the shim), and never starts a command anywhere but in
+//! the directory the jail opened.
+
+pub mod env;
+pub mod output;
+pub mod run;
+pub mod shell;
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::process::Pid;
+use serde_json::{Value, json};
+
+use crate::audit::{Details, Outcome as AuditOutcome};
+use crate::files::{FileError, JailedError, Step, fd_mount_ok, jailed};
+use crate::jail::{Decision, EnforceError, Jail};
+use crate::protocol::{CommandResult, ErrorCode, ExecuteCommand, MessageType};
+
+/// What a command needs besides its request.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecContext<'a> {
+    /// The connection's jail (only the working directory is jailed).
+    pub jail: &'a Jail,
+    /// Effective `command_timeout_seconds` `T` (min of config and
+    /// `HELLO_ACK`).
+    pub command_timeout_seconds: u64,
+    /// Effective `max_file_size_bytes`; the output budget is derived from it.
+    pub max_file_size_bytes: u64,
+    /// The shim's environment, captured once at start: the source of the
+    /// safe baseline and of the `PATH` shells are looked up on.
+    pub host_env: &'a [(OsString, OsString)],
+}
+
+/// A refused or failed command: the wire code and a one-line message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecError {
+    /// `INTERNAL_ERROR`, `SHELL_NOT_AVAILABLE`, `PATH_NOT_FOUND` or a jail code.
+    pub code: ErrorCode,
+    /// Human-readable; never contains environment values.
+    pub message: String,
+}
+
+impl ExecError {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<FileError> for ExecError {
+    fn from(e: FileError) -> Self {
+        Self::new(e.code, e.message)
+    }
+}
+
+/// What to audit for a handled command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Audit {
+    /// An `EXECUTE_COMMAND` record (EXEC.md §12, AUDIT.md §3.1).
+    Operation {
+        /// `command`, `argv`, `shell`, `cwd`, `env_keys`, `timeout_seconds`.
+        details: Details,
+        /// `ok`, the exit code, the duration and the error code.
+        result: AuditOutcome,
+    },
+    /// A `JAIL_VIOLATION` record instead (JAIL.md §4.4–§4.5).
+    JailViolation {
+        /// The jail's error code.
+        code: ErrorCode,
+        /// The raw `cwd`, or the root when the request had none.
+        path: String,
+        /// Always `EXECUTE_COMMAND`.
+        attempted_op: MessageType,
+    },
+}
+
+/// The result of one `EXECUTE_COMMAND`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The `COMMAND_RESULT` payload (also on timeout), or the error.
+    pub reply: Result<CommandResult, ExecError>,
+    /// What to audit.
+    pub audit: Audit,
+    /// The command's process group when members remain after it finished
+    /// (see [`run::Finished::leftover_group`]); the owner terminates it
+    /// with [`run::terminate_group`] when the session or the shim stops.
+    pub leftover_group: Option<Pid>,
+}
+
+/// The exception message for a request with both or neither of
+/// `command` and `argv` (reference wording).
+pub const EXACTLY_ONE: &str = "Exactly one of `command` or `argv` must be set.";
+
+/// The effective timeout in seconds (EXEC.md §3 step 7): the request can
+/// only shorten `T`.
+pub fn effective_timeout(requested: Option<u64>, command_timeout_seconds: u64) -> u64 {
+    requested.map_or(command_timeout_seconds, |r| r.min(command_timeout_seconds))
+}
+
+/// Runs one `EXECUTE_COMMAND` from step 5 on; the duration clock (step 4)
+/// starts on entry. Blocks until the command is done (at most the
+/// effective timeout + 6 s). The command is spawned from the calling thread
+/// and carries a parent-death signal tied to it, so the caller must not be
+/// a thread that could exit while the command runs (it cannot: the call
+/// returns only once the command's leader has exited or been killed).
+pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
+    let started = Instant::now();
+    let cwd_wire = match req.cwd.as_deref() {
+        Some(cwd) if !cwd.is_empty() => cwd.to_owned(),
+        _ => ctx.jail.root().to_owned(),
+    };
+    let mut record = Record {
+        req,
+        started,
+        cwd: cwd_wire.clone(),
+        env_keys: env::keys(req.env.keys().map(OsStr::new)),
+        timeout_seconds: effective_timeout(
+            req.timeout_seconds.map(|t| t.get()),
+            ctx.command_timeout_seconds,
+        ),
+    };
+
+    // Step 5.
+    let program = match (&req.command, &req.argv) {
+        (Some(command), None) => Program::Shell(command),
+        (None, Some(argv)) => Program::Argv(argv),
+        _ => return record.fail(ExecError::new(ErrorCode::InternalError, EXACTLY_ONE)),
+    };
+
+    // Steps 6 and 6a.
+    let mut resolved = None;
+    let cwd_fd = match jailed(ctx.jail, &cwd_wire, |d| {
+        resolved = Some(d.resolved.clone());
+        open_cwd(ctx.jail, d)
+    }) {
+        Ok(fd) => fd,
+        Err(JailedError::Rejected(r)) => {
+            return Outcome {
+                audit: Audit::JailViolation {
+                    code: r.code,
+                    path: cwd_wire,
+                    attempted_op: MessageType::ExecuteCommand,
+                },
+                reply: Err(ExecError::new(r.code, r.message)),
+                leftover_group: None,
+            };
+        }
+        Err(JailedError::Failed(e)) => {
+            if let Some(resolved) = resolved {
+                record.cwd = resolved;
+            }
+            return record.fail(e.into());
+        }
+    };
+    if let Some(resolved) = resolved {
+        record.cwd = resolved;
+    }
+
+    // Step 8.
+    if let Err(e) = env::validate(&req.env) {
+        return record.fail(ExecError::new(ErrorCode::InternalError, e.message()));
+    }
+    let host = ctx
+        .host_env
+        .iter()
+        .map(|(n, v)| (n.as_os_str(), v.as_os_str()));
+    let child_env = env::build(host, &req.env);
+    record.env_keys = env::keys(child_env.keys().map(OsString::as_os_str));
+
+    // Steps 9 and 9a.
+    let argv: Vec<OsString> = match program {
+        Program::Shell(command) => {
+            let path = ctx
+                .host_env
+                .iter()
+                .find(|(n, _)| n == "PATH")
+                .map(|(_, v)| v.as_os_str());
+            match shell::shell_argv(req.shell, command, path) {
+                Some(argv) => argv,
+                None => {
+                    return record.fail(ExecError::new(
+                        ErrorCode::ShellNotAvailable,
+                        format!("Shell '{}' is not available on this OS.", req.shell),
+                    ));
+                }
+            }
+        }
+        Program::Argv([]) => {
+            return record.fail(ExecError::new(
+                ErrorCode::InternalError,
+                "argv must not be empty",
+            ));
+        }
+        Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
+    };
+
+    // Step 10. The directory descriptor stays open until the child has
+    // entered it.
+    let spawned = run::spawn(&argv, &child_env, cwd_fd.as_fd());
+    drop(cwd_fd);
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => return record.fail(spawn_error(&argv, &e)),
+    };
+
+    // Steps 11 and 12.
+    let finished = run::supervise(
+        child,
+        Duration::from_secs(record.timeout_seconds),
+        ctx.max_file_size_bytes,
+    );
+    let duration_ms = record.elapsed_ms();
+    let result = AuditOutcome {
+        ok: !finished.timed_out,
+        exit_code: Some(finished.exit_code),
+        duration_ms,
+        error_code: finished
+            .timed_out
+            .then(|| ErrorCode::CommandTimeout.as_str().to_owned()),
+    };
+    Outcome {
+        reply: Ok(CommandResult {
+            stdout: finished.output.stdout,
+            stderr: finished.output.stderr,
+            exit_code: finished.exit_code,
+            timed_out: finished.timed_out,
+            // Whole milliseconds, so at most three decimals (EXEC.md §10).
+            duration_seconds: duration_ms as f64 / 1000.0,
+            output_truncated: finished.output.truncated,
+        }),
+        audit: Audit::Operation {
+            details: record.details(),
+            result,
+        },
+        leftover_group: finished.leftover_group,
+    }
+}
+
+/// The two ways to name what to run.
+enum Program<'a> {
+    Shell(&'a str),
+    Argv(&'a [String]),
+}
+
+/// The audit fields as far as the request got.
+struct Record<'a> {
+    req: &'a ExecuteCommand,
+    started: Instant,
+    /// Raw (or root) until the jail accepted, then the resolved path.
+    cwd: String,
+    /// Wire keys until the child environment was built, then its keys.
+    env_keys: Vec<String>,
+    timeout_seconds: u64,
+}
+
+impl Record<'_> {
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn details(&self) -> Details {
+        Details::new()
+            .with("command", json!(self.req.command))
+            .with("argv", json!(self.req.argv))
+            .with("shell", Value::String(self.req.shell.as_str().to_owned()))
+            .with("cwd", Value::String(self.cwd.clone()))
+            .with("env_keys", json!(self.env_keys))
+            .with("timeout_seconds", json!(self.timeout_seconds))
+    }
+
+    /// A failure before the command ran: the error and its audit record.
+    fn fail(&self, error: ExecError) -> Outcome {
+        Outcome {
+            audit: Audit::Operation {
+                details: self.details(),
+                result: AuditOutcome {
+                    ok: false,
+                    exit_code: None,
+                    duration_ms: self.elapsed_ms(),
+                    error_code: Some(error.code.as_str().to_owned()),
+                },
+            },
+            reply: Err(error),
+            leftover_group: None,
+        }
+    }
+}
+
+/// Step 6a: the accepted `cwd` opened as a directory descriptor.
+fn open_cwd(jail: &Jail, d: &Decision) -> Result<OwnedFd, Step> {
+    if d.looped {
+        return Err(Step::Fail(FileError::internal(format!(
+            "{}: Too many levels of symbolic links",
+            d.resolved
+        ))));
+    }
+    match jail.open(
+        &d.remainder,
+        OFlags::PATH | OFlags::DIRECTORY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => {
+            // With `jail_no_xdev`, a mount at the final component is a
+            // crossing too (the walker only checks what it walks through).
+            fd_mount_ok(jail, fd.as_fd(), &d.resolved)?;
+            Ok(fd)
+        }
+        // The jail reports ENOTDIR as "missing"; opening without
+        // O_DIRECTORY tells an existing non-directory apart.
+        Err(EnforceError::NotFound) => match jail.open(&d.remainder, OFlags::PATH, Mode::empty()) {
+            Ok(_) => Err(Step::Fail(FileError::internal(format!(
+                "{}: Not a directory",
+                d.resolved
+            )))),
+            Err(_) => Err(Step::Enforce(EnforceError::NotFound)),
+        },
+        Err(e) => Err(Step::Enforce(e)),
+    }
+}
+
+/// Step 10's failure: a missing program is `SHELL_NOT_AVAILABLE` (as the
+/// reference reports it), anything else `INTERNAL_ERROR`.
+fn spawn_error(argv: &[OsString], e: &std::io::Error) -> ExecError {
+    let program = argv
+        .first()
+        .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
+        .unwrap_or_default();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        ExecError::new(
+            ErrorCode::ShellNotAvailable,
+            format!("Executable not found: {program}"),
+        )
+    } else {
+        ExecError::new(
+            ErrorCode::InternalError,
+            format!("Failed to start {program}: {e}"),
+        )
+    }
+}
