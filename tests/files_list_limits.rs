@@ -107,6 +107,7 @@ fn list_refuses_a_glob_longer_than_the_limit_as_an_argument_error() {
         let Audit::Operation(details) = &out.audit else {
             panic!("expected an operation record, got {:?}", out.audit);
         };
+        let details = details.to_map();
         assert_eq!(details["path"], json!(fx.w("sub")));
         assert_eq!(details["entries_returned"], json!(0));
     });

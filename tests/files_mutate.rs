@@ -298,7 +298,7 @@ fn message(o: &Outcome) -> String {
 
 fn details(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
     match &o.audit {
-        Audit::Operation(d) => d.clone(),
+        Audit::Operation(d) => d.to_map(),
         other => panic!("operation record expected, got {other:?}"),
     }
 }

@@ -969,3 +969,40 @@ fn a_component_swapped_after_the_decision_is_decided_again_once() {
         assert_eq!(calls, 1);
     });
 }
+
+#[test]
+fn audit_details_keep_the_order_the_specification_lists() {
+    both(|fx, jail| {
+        let keys = |out: &Outcome| -> Vec<String> {
+            match &out.audit {
+                Audit::Operation(d) => d.0.iter().map(|(k, _)| k.clone()).collect(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            keys(&read(jail, &fx.w("f.txt"))),
+            [
+                "path",
+                "encoding",
+                "offset",
+                "length",
+                "size_bytes_returned"
+            ]
+        );
+        assert_eq!(
+            keys(&stat(jail, "f.txt", true)),
+            ["path", "follow_symlinks"]
+        );
+        assert_eq!(
+            keys(&files::list(&ctx(jail), &list_req(""))),
+            [
+                "path",
+                "glob",
+                "recursive",
+                "include_hidden",
+                "max_entries",
+                "entries_returned"
+            ]
+        );
+    });
+}

@@ -72,8 +72,18 @@ impl Details {
         self
     }
 
+    /// Appends a field in place (the `with` of a builder held in a `let`).
+    pub fn insert(&mut self, key: &str, value: Value) {
+        self.0.push((key.to_owned(), value));
+    }
+
+    /// The fields as a JSON object (key order is lost: for inspection).
+    pub fn to_map(&self) -> Map<String, Value> {
+        self.0.iter().cloned().collect()
+    }
+
     fn to_value(&self) -> Value {
-        Value::Object(self.0.iter().cloned().collect())
+        Value::Object(self.to_map())
     }
 }
 

@@ -19,10 +19,11 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat, StatxFlags};
 use rustix::io::Errno;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::write::open_parent;
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Entry, Jail, Rejection, identity};
 use crate::protocol::{Ack, ErrorCode, FileDelete, Message, MessageType};
 
@@ -84,10 +85,10 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
-    let mut details = Map::new();
-    details.insert("path".into(), Value::String(shown.unwrap_or_default()));
-    details.insert("recursive".into(), json!(req.recursive));
-    details.insert("missing_ok".into(), json!(req.missing_ok));
+    let mut details = Details::new();
+    details.insert("path", Value::String(shown.unwrap_or_default()));
+    details.insert("recursive", json!(req.recursive));
+    details.insert("missing_ok", json!(req.missing_ok));
     Outcome {
         reply,
         audit: super::Audit::Operation(details),

@@ -12,11 +12,12 @@ use std::collections::BinaryHeap;
 use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::glob::Pattern;
 use super::stat::mtime;
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::audit::Details;
 use crate::jail::EnforceError;
 use crate::protocol::{FileList, FileListEntry, FileListResponse, Message, MessageType};
 
@@ -87,13 +88,13 @@ pub fn list(ctx: &FileContext<'_>, req: &FileList) -> Outcome {
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
-    let mut details = Map::new();
-    details.insert("path".into(), Value::String(path));
-    details.insert("glob".into(), json!(req.glob));
-    details.insert("recursive".into(), json!(req.recursive));
-    details.insert("include_hidden".into(), json!(req.include_hidden));
-    details.insert("max_entries".into(), json!(req.max_entries));
-    details.insert("entries_returned".into(), json!(returned));
+    let mut details = Details::new();
+    details.insert("path", Value::String(path));
+    details.insert("glob", json!(req.glob));
+    details.insert("recursive", json!(req.recursive));
+    details.insert("include_hidden", json!(req.include_hidden));
+    details.insert("max_entries", json!(req.max_entries));
+    details.insert("entries_returned", json!(returned));
     Outcome {
         reply,
         audit: super::Audit::Operation(details),

@@ -23,7 +23,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use serde_json::{Map, Value};
 
 pub use delete::delete;
 pub use list::list;
@@ -32,6 +31,7 @@ pub use read::read;
 pub use stat::stat;
 pub use write::write;
 
+use crate::audit::Details;
 use crate::jail::{EnforceError, EnforcementFailure, Jail, Outcome as JailOutcome, Rejection};
 use crate::protocol::{ErrorCode, Message, MessageType};
 
@@ -108,8 +108,9 @@ impl From<FileError> for Step {
 /// What to audit for a handled request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Audit {
-    /// The operation's own record with these `details` (FILES.md §x.y "Audit").
-    Operation(Map<String, Value>),
+    /// The operation's own record with these `details` (FILES.md, each
+    /// operation's "Audit" section), in their on-disk order.
+    Operation(Details),
     /// A `JAIL_VIOLATION` record instead (JAIL.md §4.5).
     JailViolation {
         /// The jail's error code.

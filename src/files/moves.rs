@@ -22,11 +22,12 @@ use std::sync::{Mutex, PoisonError};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, Stat, Timestamps};
 use rustix::io::Errno;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::delete::{FsId, acted_on, boundary_error, delete_tree, open_subdir, root_refusal};
 use super::write::{open_parent, with_temp_name, write_all};
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::audit::Details;
 use crate::jail::{EnforceError, Entry, Jail, identity};
 use crate::protocol::{Ack, ErrorCode, FileMove, Message, MessageType};
 
@@ -121,10 +122,10 @@ pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
-    let mut details = Map::new();
-    details.insert("src".into(), Value::String(src_shown.unwrap_or_default()));
-    details.insert("dst".into(), Value::String(dst_shown.unwrap_or_default()));
-    details.insert("overwrite".into(), json!(req.overwrite));
+    let mut details = Details::new();
+    details.insert("src", Value::String(src_shown.unwrap_or_default()));
+    details.insert("dst", Value::String(dst_shown.unwrap_or_default()));
+    details.insert("overwrite", json!(req.overwrite));
     Outcome {
         reply,
         audit: super::Audit::Operation(details),

@@ -4,9 +4,10 @@
 //! never re-opened by name.
 
 use rustix::fs::{FileType, Mode, OFlags};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::audit::Details;
 use crate::protocol::{
     Encoding, ErrorCode, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES,
     MAX_WIRE_TEXT_CONTENT_BYTES, Message, MessageType, ReadFormat,
@@ -71,13 +72,13 @@ pub fn read(ctx: &FileContext<'_>, req: &FileRead) -> Outcome {
     }
 }
 
-fn details(req: &FileRead, path: &str, returned: u64) -> Map<String, Value> {
-    let mut d = Map::new();
-    d.insert("path".into(), json!(path));
-    d.insert("encoding".into(), json!(req.encoding.as_str()));
-    d.insert("offset".into(), json!(req.offset));
-    d.insert("length".into(), json!(req.length.map(|n| n.get())));
-    d.insert("size_bytes_returned".into(), json!(returned));
+fn details(req: &FileRead, path: &str, returned: u64) -> Details {
+    let mut d = Details::new();
+    d.insert("path", json!(path));
+    d.insert("encoding", json!(req.encoding.as_str()));
+    d.insert("offset", json!(req.offset));
+    d.insert("length", json!(req.length.map(|n| n.get())));
+    d.insert("size_bytes_returned", json!(returned));
     d
 }
 

@@ -7,9 +7,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use crate::audit::Details;
 use crate::jail::{EnforceError, Entry};
 use crate::protocol::{FileStat, FileStatResponse, Message, MessageType};
 
@@ -56,9 +57,9 @@ pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> Outcome {
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
-    let mut details = Map::new();
-    details.insert("path".into(), Value::String(path));
-    details.insert("follow_symlinks".into(), json!(req.follow_symlinks));
+    let mut details = Details::new();
+    details.insert("path", Value::String(path));
+    details.insert("follow_symlinks", json!(req.follow_symlinks));
     Outcome {
         reply,
         audit: super::Audit::Operation(details),

@@ -21,9 +21,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FallocateFlags, FileType, Gid, Mode, OFlags, Stat, Uid};
 use rustix::io::Errno;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed};
+use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Jail};
 use crate::protocol::{Ack, Encoding, ErrorCode, FileWrite, Message, MessageType};
 
@@ -62,11 +63,11 @@ pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> Outcome {
             Err(e)
         }
     };
-    let mut details = Map::new();
-    details.insert("path".into(), Value::String(shown.unwrap_or_default()));
-    details.insert("encoding".into(), json!(req.encoding.as_str()));
-    details.insert("create_parents".into(), json!(req.create_parents));
-    details.insert("size_bytes_written".into(), json!(written));
+    let mut details = Details::new();
+    details.insert("path", Value::String(shown.unwrap_or_default()));
+    details.insert("encoding", json!(req.encoding.as_str()));
+    details.insert("create_parents", json!(req.create_parents));
+    details.insert("size_bytes_written", json!(written));
     Outcome {
         reply,
         audit: super::Audit::Operation(details),
