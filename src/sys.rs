@@ -173,3 +173,94 @@ pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::
     }
     Ok(())
 }
+
+/// Arranges for the child of `command` to become the spawner process
+/// (EXEC.md §11 L5b): a session of its own (so terminal signals do not
+/// reach it), `sock` on descriptor 3 (without close-on-exec), every other
+/// descriptor above the standard streams close-on-exec, and an empty
+/// signal mask. No parent-death signal: the spawner must outlive the shim
+/// to clean up after it.
+///
+/// `sock` must not be descriptor 3 itself and must stay open until the
+/// spawn call returns.
+pub fn prepare_spawner_child(command: &mut Command, sock: BorrowedFd<'_>) -> io::Result<()> {
+    let sock = sock.as_raw_fd();
+    if sock == 3 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
+    // valid for writes of one `sigset_t`.
+    let rc = unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `sigemptyset` succeeded, so the set is initialised.
+    let empty = unsafe { empty.assume_init() };
+    let hook = move || -> io::Result<()> {
+        // Runs in the forked child before `exec`: async-signal-safe calls
+        // only, no allocation.
+        // SAFETY: `setsid` only changes the calling process.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `sock` is open in the child's copy of the descriptor
+        // table (the parent keeps it open across the spawn) and differs
+        // from 3, so `dup2` leaves the new descriptor without
+        // close-on-exec.
+        if unsafe { libc::dup2(sock, 3) } != 3 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `empty` is an initialised `sigset_t` captured by value.
+        if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a raw system call with integer arguments that only sets
+        // close-on-exec on this process's descriptors from 4 up.
+        unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                4 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+            );
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only calls async-signal-safe functions (setsid,
+    // dup2, sigprocmask, close_range) and allocates nothing.
+    unsafe {
+        command.pre_exec(hook);
+    }
+    Ok(())
+}
+
+/// Takes ownership of descriptor `fd` inherited from the parent, if it is
+/// open and a socket, and marks it close-on-exec so nothing this process
+/// starts inherits it. Only for the spawner's socket, at process start,
+/// before anything else in the process could have been given that number.
+pub fn take_inherited_socket(fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: F_GETFD only queries the descriptor's flags; an unopened
+    // number yields EBADF and nothing else happens.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `fstat` writes one `stat` to a valid location; the
+    // descriptor was just found open.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: `fstat` succeeded, so the structure is initialised.
+    let st = unsafe { st.assume_init() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    // SAFETY: the descriptor is open, it was inherited (this process has
+    // not opened anything under this number at this point of start-up),
+    // so no other owner exists and the OwnedFd becomes its only owner.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).ok()?;
+    Some(owned)
+}

@@ -30,13 +30,16 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The process entry point: real arguments, real stdout and stderr.
 pub fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    // The hidden spawner mode (CLI.md §1.2) needs the socket its parent
+    // passes on descriptor 3; without it the argument is just an unknown
+    // command.
+    if let Some(code) = crate::exec::spawner::run_if_requested(&args) {
+        return ExitCode::from(code);
+    }
     let stdout = io::stdout();
     let stderr = io::stderr();
-    let code = run(
-        std::env::args_os().skip(1),
-        &mut stdout.lock(),
-        &mut stderr.lock(),
-    );
+    let code = run(args, &mut stdout.lock(), &mut stderr.lock());
     ExitCode::from(code)
 }
 

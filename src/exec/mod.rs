@@ -9,10 +9,15 @@
 //! and keys stay in the shim), and never starts a command anywhere but in
 //! the directory the jail opened.
 
+pub mod cancel;
 pub mod env;
 pub mod output;
 pub mod run;
 pub mod shell;
+pub mod spawner;
+
+pub use cancel::Cancel;
+pub use spawner::Spawner;
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
@@ -41,6 +46,10 @@ pub struct ExecContext<'a> {
     /// The shim's environment, captured once at start: the source of the
     /// safe baseline and of the `PATH` shells are looked up on.
     pub host_env: &'a [(OsString, OsString)],
+    /// Starts the command (the daemon's one spawner process).
+    pub spawner: &'a Spawner,
+    /// The session's cancellation token.
+    pub cancel: &'a Cancel,
 }
 
 /// A refused or failed command: the wire code and a one-line message.
@@ -99,7 +108,14 @@ pub struct Outcome {
     /// (see [`run::Finished::leftover_group`]); the owner terminates it
     /// with [`run::terminate_group`] when the session or the shim stops.
     pub leftover_group: Option<Pid>,
+    /// The command was cancelled (connection closed, session stopped,
+    /// shutdown): `reply` holds an `INTERNAL_ERROR` for the audit record,
+    /// but nothing is to be sent (EXEC.md §12).
+    pub cancelled: bool,
 }
+
+/// The message of a cancelled command's error (audit only; never sent).
+pub const CANCELLED: &str = "The command was cancelled.";
 
 /// The exception message for a request with both or neither of
 /// `command` and `argv` (reference wording).
@@ -113,10 +129,9 @@ pub fn effective_timeout(requested: Option<u64>, command_timeout_seconds: u64) -
 
 /// Runs one `EXECUTE_COMMAND` from step 5 on; the duration clock (step 4)
 /// starts on entry. Blocks until the command is done (at most the
-/// effective timeout + 6 s). The command is spawned from the calling thread
-/// and carries a parent-death signal tied to it, so the caller must not be
-/// a thread that could exit while the command runs (it cannot: the call
-/// returns only once the command's leader has exited or been killed).
+/// effective timeout + 6 s, or the cancellation sequence). The command is
+/// started by the spawner process, which is its parent: any thread may
+/// call this.
 pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     let started = Instant::now();
     let cwd_wire = match req.cwd.as_deref() {
@@ -157,6 +172,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
                 },
                 reply: Err(ExecError::new(r.code, r.message)),
                 leftover_group: None,
+                cancelled: false,
             };
         }
         Err(JailedError::Failed(e)) => {
@@ -208,11 +224,18 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
         Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
     };
 
-    // Step 10. The directory descriptor stays open until the child has
-    // entered it.
-    let spawned = run::spawn(&argv, &child_env, cwd_fd.as_fd());
+    // Cancelled while the request was being prepared: nothing starts.
+    if ctx.cancel.is_cancelled() {
+        let mut outcome = record.fail(ExecError::new(ErrorCode::InternalError, CANCELLED));
+        outcome.cancelled = true;
+        return outcome;
+    }
+
+    // Step 10. The directory descriptor stays open until the spawner has
+    // received it.
+    let spawned = run::spawn(ctx.spawner, &argv, &child_env, cwd_fd.as_fd());
     drop(cwd_fd);
-    let child = match spawned {
+    let (child, output) = match spawned {
         Ok(child) => child,
         Err(e) => return record.fail(spawn_error(&argv, &e)),
     };
@@ -220,10 +243,28 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     // Steps 11 and 12.
     let finished = run::supervise(
         child,
+        output,
         Duration::from_secs(record.timeout_seconds),
         ctx.max_file_size_bytes,
+        ctx.cancel,
     );
     let duration_ms = record.elapsed_ms();
+    if finished.cancelled {
+        return Outcome {
+            audit: Audit::Operation {
+                details: record.details(),
+                result: AuditOutcome {
+                    ok: false,
+                    exit_code: Some(finished.exit_code),
+                    duration_ms,
+                    error_code: Some(ErrorCode::InternalError.as_str().to_owned()),
+                },
+            },
+            reply: Err(ExecError::new(ErrorCode::InternalError, CANCELLED)),
+            leftover_group: finished.leftover_group,
+            cancelled: true,
+        };
+    }
     let result = AuditOutcome {
         ok: !finished.timed_out,
         exit_code: Some(finished.exit_code),
@@ -247,6 +288,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
             result,
         },
         leftover_group: finished.leftover_group,
+        cancelled: false,
     }
 }
 
@@ -296,6 +338,7 @@ impl Record<'_> {
             },
             reply: Err(error),
             leftover_group: None,
+            cancelled: false,
         }
     }
 }

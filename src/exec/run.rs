@@ -15,14 +15,17 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::TryRecvError;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, Signal};
 
+use super::cancel::Cancel;
 use super::output::{Collected, Collector, Stream};
+use super::spawner::{Spawned, Spawner};
 
 /// How long the group gets between SIGTERM and SIGKILL, the wait for the
 /// leader's status after SIGKILL, and the wait for pipe EOF.
@@ -36,6 +39,10 @@ const CHUNK: usize = 64 * 1024;
 /// pidfds (before 5.3).
 const TICK: Duration = Duration::from_millis(10);
 
+/// How often the loop looks for the leader's status between its exit
+/// (seen on the pidfd) and the spawner's report of it.
+const STATUS_TICK: Duration = Duration::from_micros(200);
+
 /// What a supervised command ended with.
 #[derive(Debug)]
 pub struct Finished {
@@ -43,6 +50,8 @@ pub struct Finished {
     pub exit_code: i64,
     /// The timeout fired.
     pub timed_out: bool,
+    /// The cancellation token tripped first: no result is to be sent.
+    pub cancelled: bool,
     /// The retained output.
     pub output: Collected,
     /// The command's process group, when members outlived the supervision
@@ -51,26 +60,49 @@ pub struct Finished {
     pub leftover_group: Option<Pid>,
 }
 
-/// Starts `argv` with exactly `env`, in the directory `cwd`, in a new
-/// session, stdin `/dev/null`, stdout and stderr piped.
+/// The command's ends of its output pipes, and ours.
+#[derive(Debug)]
+pub struct Pipes {
+    /// Our read ends.
+    pub stdout: OwnedFd,
+    /// Our read end of stderr.
+    pub stderr: OwnedFd,
+    /// The command's write ends, handed to the spawner.
+    pub child_stdout: OwnedFd,
+    /// The command's stderr write end.
+    pub child_stderr: OwnedFd,
+}
+
+impl Pipes {
+    /// Two close-on-exec pipes.
+    pub fn new() -> io::Result<Pipes> {
+        let flags = rustix::pipe::PipeFlags::CLOEXEC;
+        let (stdout, child_stdout) = rustix::pipe::pipe_with(flags)?;
+        let (stderr, child_stderr) = rustix::pipe::pipe_with(flags)?;
+        Ok(Pipes {
+            stdout,
+            stderr,
+            child_stdout,
+            child_stderr,
+        })
+    }
+}
+
+/// Starts `argv` with exactly `env`, in the directory `cwd`, through the
+/// spawner: a new session, stdin `/dev/null`, stdout and stderr piped.
+/// Returns the command and our read ends.
 pub fn spawn(
+    spawner: &Spawner,
     argv: &[OsString],
     env: &BTreeMap<OsString, OsString>,
     cwd: BorrowedFd<'_>,
-) -> io::Result<Child> {
-    let Some((program, args)) = argv.split_first() else {
+) -> io::Result<(Spawned, [OwnedFd; 2])> {
+    if argv.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"));
-    };
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    crate::sys::prepare_command_child(&mut command, cwd)?;
-    command.spawn()
+    }
+    let pipes = Pipes::new()?;
+    let spawned = spawner.spawn(argv, env, cwd, pipes.child_stdout, pipes.child_stderr)?;
+    Ok((spawned, [pipes.stdout, pipes.stderr]))
 }
 
 /// Where the supervision loop stands.
@@ -86,45 +118,64 @@ enum Phase {
     Draining(Instant),
 }
 
+/// Why the termination sequence started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Timeout,
+    Cancelled,
+}
+
 /// Supervises `child` until it is done (EXEC.md §9) and returns its status
-/// and output collected under the budget for `max_file_size_bytes`.
-pub fn supervise(mut child: Child, timeout: Duration, max_file_size_bytes: u64) -> Finished {
-    let pid = Pid::from_child(&child);
+/// and output collected under the budget for `max_file_size_bytes`. A
+/// tripped `cancel` runs the same termination sequence as the timeout and
+/// marks the result cancelled.
+pub fn supervise(
+    child: Spawned,
+    output: [OwnedFd; 2],
+    timeout: Duration,
+    max_file_size_bytes: u64,
+    cancel: &Cancel,
+) -> Finished {
+    let pid = child.pid;
+    let [stdout, stderr] = output;
     let mut pipes: [Option<(Stream, OwnedFd)>; 2] = [
-        child
-            .stdout
-            .take()
-            .map(|p| (Stream::Stdout, OwnedFd::from(p))),
-        child
-            .stderr
-            .take()
-            .map(|p| (Stream::Stderr, OwnedFd::from(p))),
+        Some((Stream::Stdout, stdout)),
+        Some((Stream::Stderr, stderr)),
     ];
-    // A pidfd becomes readable when the leader exits, so the loop sleeps in
-    // `poll` instead of polling the status.
-    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
     let mut collector = Collector::new(max_file_size_bytes);
     let mut buf = vec![0u8; CHUNK];
     let mut status: Option<ExitStatus> = None;
-    let mut timed_out = false;
+    // The spawner went away before reporting: the status is lost (the
+    // leader was killed by its parent-death signal).
+    let mut status_lost = false;
+    // The pidfd fired; the status is on its way from the spawner.
+    let mut leader_exited = child.pidfd.is_none();
+    let mut stop: Option<Stop> = None;
     let mut phase = Phase::Running(Instant::now().checked_add(timeout));
     loop {
-        if status.is_none() {
-            // An error (ECHILD) cannot happen for a child we own; it would
-            // leave the status unknown, reported as −1.
-            status = child.try_wait().ok().flatten();
+        if status.is_none() && !status_lost {
+            match child.exit.try_recv() {
+                Ok(raw) => status = Some(ExitStatus::from_raw(raw)),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => status_lost = true,
+            }
         }
+        let collected = status.is_some() || status_lost;
         let now = Instant::now();
         let pipes_open = pipes.iter().any(Option::is_some);
         let next = match phase {
             Phase::Running(deadline) => {
-                if status.is_some() {
+                if collected {
                     if !pipes_open {
                         break;
                     }
                     Phase::Draining(now + GRACE)
+                } else if stop.is_none() && cancel.is_cancelled() {
+                    stop = Some(Stop::Cancelled);
+                    signal_group(pid, Signal::TERM);
+                    Phase::Terminating(now + GRACE)
                 } else if deadline.is_some_and(|d| now >= d) {
-                    timed_out = true;
+                    stop = Some(Stop::Timeout);
                     signal_group(pid, Signal::TERM);
                     Phase::Terminating(now + GRACE)
                 } else {
@@ -142,7 +193,7 @@ pub fn supervise(mut child: Child, timeout: Duration, max_file_size_bytes: u64) 
                 }
             }
             Phase::Reaping(until) => {
-                if status.is_some() || now >= until {
+                if collected || now >= until {
                     Phase::Draining(now + GRACE)
                 } else {
                     phase
@@ -166,36 +217,42 @@ pub fn supervise(mut child: Child, timeout: Duration, max_file_size_bytes: u64) 
             Phase::Terminating(at) | Phase::Reaping(at) | Phase::Draining(at) => Some(at),
         };
         let mut wait = wake.map(|w| w.saturating_duration_since(now));
-        let needs_tick =
-            matches!(phase, Phase::Terminating(_)) || (status.is_none() && pidfd.is_none());
-        if needs_tick {
-            wait = Some(wait.map_or(TICK, |w| w.min(TICK)));
-        }
-        let watch_exit = if status.is_none() {
-            pidfd.as_ref().map(|fd| fd.as_fd())
+        // Group membership after SIGTERM has no descriptor to wait on, and
+        // after the leader's exit its status is a frame away.
+        let tick = if matches!(phase, Phase::Terminating(_)) {
+            Some(TICK)
+        } else if !collected && leader_exited {
+            Some(STATUS_TICK)
         } else {
             None
         };
-        wait_and_read(&mut pipes, watch_exit, wait, &mut collector, &mut buf);
+        if let Some(tick) = tick {
+            wait = Some(wait.map_or(tick, |w| w.min(tick)));
+        }
+        let watch_exit = match (&child.pidfd, collected || leader_exited) {
+            (Some(fd), false) => Some(fd.as_fd()),
+            _ => None,
+        };
+        let watch_cancel = (stop.is_none() && !collected).then(|| cancel.fd());
+        let woke = wait_and_read(
+            &mut pipes,
+            [watch_exit, watch_cancel],
+            wait,
+            &mut collector,
+            &mut buf,
+        );
+        if woke[0] {
+            leader_exited = true;
+        }
     }
     // Closing the read ends: anything still writing gets EPIPE/SIGPIPE.
     drop(pipes);
     let leftover_group = (!group_gone(pid)).then_some(pid);
-    let exit_code = match status {
-        Some(status) => exit_code(status),
-        None => {
-            // The leader was sent SIGKILL but not collected within the
-            // grace period (e.g. stuck in uninterruptible sleep): collect it
-            // in the background so it never stays a zombie.
-            std::thread::spawn(move || {
-                let _ = child.wait();
-            });
-            -1
-        }
-    };
+    let exit_code = status.map_or(-1, exit_code);
     Finished {
         exit_code,
-        timed_out,
+        timed_out: stop == Some(Stop::Timeout),
+        cancelled: stop == Some(Stop::Cancelled),
         output: collector.finish(),
         leftover_group,
     }
@@ -224,28 +281,33 @@ pub fn terminate_group(pgid: Pid) {
     signal_group(pgid, Signal::KILL);
 }
 
-/// One `poll` over the open pipes (and the leader's pidfd) for at most
-/// `wait` (`None`: until something happens), then one read from each
-/// ready pipe. A pipe at EOF or failing is closed.
+/// One `poll` over the open pipes and the extra descriptors (the leader's
+/// pidfd, the cancellation token) for at most `wait` (`None`: until
+/// something happens), then one read from each ready pipe. A pipe at EOF
+/// or failing is closed. Returns which extra descriptors were ready.
 fn wait_and_read(
     pipes: &mut [Option<(Stream, OwnedFd)>; 2],
-    exit: Option<BorrowedFd<'_>>,
+    extra: [Option<BorrowedFd<'_>>; 2],
     wait: Option<Duration>,
     collector: &mut Collector,
     buf: &mut [u8],
-) {
+) -> [bool; 2] {
     let mut ready = [false; 2];
+    let mut woke = [false; 2];
     {
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
-        let mut slots = Vec::with_capacity(2);
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+        let mut slots = Vec::with_capacity(4);
         for (i, pipe) in pipes.iter().enumerate() {
             if let Some((_, fd)) = pipe {
                 fds.push(PollFd::new(fd, PollFlags::IN));
-                slots.push(i);
+                slots.push(Slot::Pipe(i));
             }
         }
-        if let Some(exit) = exit {
-            fds.push(PollFd::from_borrowed_fd(exit, PollFlags::IN));
+        for (i, fd) in extra.iter().enumerate() {
+            if let Some(fd) = fd {
+                fds.push(PollFd::from_borrowed_fd(*fd, PollFlags::IN));
+                slots.push(Slot::Extra(i));
+            }
         }
         let timeout = wait.map(|w| Timespec {
             tv_sec: i64::try_from(w.as_secs()).unwrap_or(i64::MAX),
@@ -253,8 +315,12 @@ fn wait_and_read(
         });
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) => {
-                for (fd, &slot) in fds.iter().zip(&slots) {
-                    ready[slot] = !fd.revents().is_empty();
+                for (fd, slot) in fds.iter().zip(&slots) {
+                    let hit = !fd.revents().is_empty();
+                    match *slot {
+                        Slot::Pipe(i) => ready[i] = hit,
+                        Slot::Extra(i) => woke[i] = hit,
+                    }
                 }
             }
             // EINTR: the caller loops anyway. Anything else (ENOMEM) must
@@ -278,6 +344,14 @@ fn wait_and_read(
             Err(_) => *pipe = None,
         }
     }
+    woke
+}
+
+/// What a polled descriptor was.
+#[derive(Clone, Copy)]
+enum Slot {
+    Pipe(usize),
+    Extra(usize),
 }
 
 /// Sends `signal` to the command's process group. A group that no longer

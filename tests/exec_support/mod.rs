@@ -10,7 +10,7 @@ use std::num::NonZeroU64;
 use std::path::PathBuf;
 
 use autogpt_shim::audit::Outcome as AuditOutcome;
-use autogpt_shim::exec::{self, Audit, ExecContext, ExecError, Outcome};
+use autogpt_shim::exec::{self, Audit, Cancel, ExecContext, ExecError, Outcome, Spawner};
 use autogpt_shim::jail::{Jail, JailOptions};
 use autogpt_shim::protocol::{CommandResult, ExecuteCommand, Shell};
 use serde_json::Value;
@@ -28,6 +28,14 @@ pub struct Fx {
     pub host_env: Vec<(OsString, OsString)>,
     pub command_timeout_seconds: u64,
     pub max_file_size_bytes: u64,
+    /// This test's own spawner process.
+    pub spawner: Spawner,
+    pub cancel: Cancel,
+}
+
+/// The shim binary, which the spawner re-executes.
+pub fn shim_exe() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))
 }
 
 impl Fx {
@@ -50,6 +58,8 @@ impl Fx {
             jail,
             command_timeout_seconds: 20,
             max_file_size_bytes: 10 * 1024 * 1024,
+            spawner: Spawner::start(shim_exe()).unwrap(),
+            cancel: Cancel::new().unwrap(),
         }
     }
 
@@ -63,6 +73,8 @@ impl Fx {
             command_timeout_seconds: self.command_timeout_seconds,
             max_file_size_bytes: self.max_file_size_bytes,
             host_env: &self.host_env,
+            spawner: &self.spawner,
+            cancel: &self.cancel,
         };
         exec::execute(&ctx, req)
     }
