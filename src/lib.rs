@@ -30,6 +30,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod exec;
 pub mod exit;
 pub mod files;

@@ -62,7 +62,8 @@ pub struct ExecError {
 }
 
 impl ExecError {
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    /// An error with its wire code.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -290,6 +291,30 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
         leftover_group: finished.leftover_group,
         cancelled: false,
     }
+}
+
+/// The outcome of a command refused by the daemon's rate or concurrency
+/// limit (EXEC.md §3 steps 2–3): the error and an `EXECUTE_COMMAND` record
+/// with the raw `cwd` (or the root), the wire env keys and `duration_ms` 0.
+pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> Outcome {
+    let record = Record {
+        req,
+        started: Instant::now(),
+        cwd: match req.cwd.as_deref() {
+            Some(cwd) if !cwd.is_empty() => cwd.to_owned(),
+            _ => ctx.jail.root().to_owned(),
+        },
+        env_keys: env::keys(req.env.keys().map(OsStr::new)),
+        timeout_seconds: effective_timeout(
+            req.timeout_seconds.map(|t| t.get()),
+            ctx.command_timeout_seconds,
+        ),
+    };
+    let mut outcome = record.fail(error);
+    if let Audit::Operation { result, .. } = &mut outcome.audit {
+        result.duration_ms = 0;
+    }
+    outcome
 }
 
 /// The two ways to name what to run.

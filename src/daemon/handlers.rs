@@ -1,0 +1,249 @@
+//! Operation handlers: one admitted request that passed the connection's
+//! gates becomes its single terminal reply and the audit entry that must be
+//! durable before the reply is sent (PROTOCOL.md §5.6, AUDIT.md §3).
+//!
+//! This module decides nothing about admission, capabilities or the
+//! connection kind (the dispatcher did that) and never writes a frame or a
+//! record itself. It re-checks the local shell switch, because no grant
+//! from the platform can turn on what the user left off (CAPABILITIES.md
+//! §1), and it applies the machine-wide command limits in the order
+//! EXEC.md §3 fixes.
+
+use std::time::Instant;
+
+use rustix::process::Pid;
+use serde_json::{Map, Value, json};
+
+use crate::audit::{Details, Entry, Outcome as AuditOutcome};
+use crate::exec::{self, ExecContext, ExecError};
+use crate::files::{self, FileContext};
+use crate::protocol::{ErrorCode, ErrorPayload, Message, MessageType};
+
+/// The machine-wide command limits (EXEC.md §8.3–§8.4): the rate window
+/// first, then the concurrency limit. A permit is held for the command's
+/// whole run and released on drop.
+pub trait CommandGate: Sync {
+    /// Takes a rate slot and a concurrency slot, or says which limit
+    /// refused (the exact wire message).
+    fn enter(&self) -> Result<Box<dyn Send>, String>;
+}
+
+/// What one request needs.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    /// File operations: the jail and the effective size limit.
+    pub files: FileContext<'a>,
+    /// Commands: spawner, cancellation, effective timeout and budget.
+    pub exec: ExecContext<'a>,
+    /// The local `enable_shell` switch.
+    pub shell_enabled: bool,
+    /// The machine-wide command limits.
+    pub commands: &'a dyn CommandGate,
+}
+
+impl std::fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("shell_enabled", &self.shell_enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handled request.
+#[derive(Debug)]
+pub struct Handled {
+    /// The terminal reply; `None` when nothing is to be sent (a cancelled
+    /// command, EXEC.md §12).
+    pub reply: Option<Message>,
+    /// The record to make durable before the reply goes out.
+    pub audit: Option<Entry>,
+    /// A command's process group that outlived it (background jobs): the
+    /// session terminates it when it ends.
+    pub leftover_group: Option<Pid>,
+}
+
+/// An `ERROR` reply.
+pub fn error(code: ErrorCode, message: impl Into<String>) -> Message {
+    Message::Error(ErrorPayload::new(code, message))
+}
+
+/// `CAPABILITY_NOT_GRANTED` for a locally disabled switch (PROTOCOL.md
+/// §5.3), with the same details the capability gate sends.
+pub fn not_granted(capability: &str, granted: &[String]) -> Message {
+    let mut sorted = granted.to_vec();
+    sorted.sort();
+    let mut details = Map::new();
+    details.insert("required_capability".into(), json!(capability));
+    details.insert("granted_capabilities".into(), json!(sorted));
+    Message::Error(
+        ErrorPayload::new(
+            ErrorCode::CapabilityNotGranted,
+            format!("The platform did not grant the '{capability}' capability."),
+        )
+        .with_details(details),
+    )
+}
+
+/// Runs one data-plane request. `granted` is the connection's granted set
+/// (for the details of a local refusal).
+pub fn handle(
+    ctx: &Context<'_>,
+    request_id: &str,
+    message: &Message,
+    granted: &[String],
+) -> Handled {
+    let started = Instant::now();
+    let outcome = match message {
+        Message::FileRead(req) => files::read(&ctx.files, req),
+        Message::FileWrite(req) => files::write(&ctx.files, req),
+        Message::FileStat(req) => files::stat(&ctx.files, req),
+        Message::FileList(req) => files::list(&ctx.files, req),
+        Message::FileDelete(req) => files::delete(&ctx.files, req),
+        Message::FileMove(req) => files::move_entry(&ctx.files, req),
+        Message::ExecuteCommand(req) => return command(ctx, request_id, req, granted),
+        other => {
+            // The dispatcher routes only the types above here; anything
+            // else is a routing defect, answered rather than ignored.
+            return Handled {
+                reply: Some(error(
+                    ErrorCode::FeatureNotSupported,
+                    format!("{} is not supported.", other.message_type().as_str()),
+                )),
+                audit: None,
+                leftover_group: None,
+            };
+        }
+    };
+    let op = message.message_type();
+    let duration_ms = millis(started);
+    let audit = match outcome.audit {
+        files::Audit::Operation(details) => operation_entry(
+            op,
+            request_id,
+            details,
+            AuditOutcome {
+                ok: outcome.reply.is_ok(),
+                exit_code: None,
+                duration_ms,
+                error_code: outcome
+                    .reply
+                    .as_ref()
+                    .err()
+                    .map(|e| e.code.as_str().to_owned()),
+            },
+        ),
+        files::Audit::JailViolation {
+            code,
+            path,
+            attempted_op,
+        } => jail_violation(code, path, attempted_op),
+    };
+    let reply = match outcome.reply {
+        Ok(message) => message,
+        Err(e) => error(e.code, e.message),
+    };
+    Handled {
+        reply: Some(reply),
+        audit: Some(audit),
+        leftover_group: None,
+    }
+}
+
+/// `EXECUTE_COMMAND`, EXEC.md §3 steps 1–12.
+fn command(
+    ctx: &Context<'_>,
+    request_id: &str,
+    req: &crate::protocol::ExecuteCommand,
+    granted: &[String],
+) -> Handled {
+    // Step 1: no record.
+    if !ctx.shell_enabled {
+        return Handled {
+            reply: Some(not_granted("shell", granted)),
+            audit: None,
+            leftover_group: None,
+        };
+    }
+    // Steps 2–3: refused commands are recorded with duration 0.
+    let permit = match ctx.commands.enter() {
+        Ok(permit) => permit,
+        Err(message) => {
+            let refused = exec::refuse(
+                &ctx.exec,
+                req,
+                ExecError::new(ErrorCode::ShimOverloaded, message),
+            );
+            return command_handled(request_id, refused);
+        }
+    };
+    let outcome = exec::execute(&ctx.exec, req);
+    drop(permit);
+    command_handled(request_id, outcome)
+}
+
+fn command_handled(request_id: &str, outcome: exec::Outcome) -> Handled {
+    let audit = match outcome.audit {
+        exec::Audit::Operation { details, result } => {
+            operation_entry(MessageType::ExecuteCommand, request_id, details, result)
+        }
+        exec::Audit::JailViolation {
+            code,
+            path,
+            attempted_op,
+        } => jail_violation(code, path, attempted_op),
+    };
+    let reply = if outcome.cancelled {
+        None
+    } else {
+        Some(match outcome.reply {
+            Ok(result) => Message::CommandResult(result),
+            Err(e) => error(e.code, e.message),
+        })
+    };
+    Handled {
+        reply,
+        audit: Some(audit),
+        leftover_group: outcome.leftover_group,
+    }
+}
+
+fn operation_entry(
+    op: MessageType,
+    request_id: &str,
+    details: Details,
+    result: AuditOutcome,
+) -> Entry {
+    Entry {
+        op: op.as_str().to_owned(),
+        request_id: Some(request_id.to_owned()),
+        details,
+        result,
+        session_id: None,
+    }
+}
+
+/// AUDIT.md §3.3: no request id, duration 0, the code twice.
+fn jail_violation(code: ErrorCode, path: String, attempted_op: MessageType) -> Entry {
+    Entry {
+        op: "JAIL_VIOLATION".to_owned(),
+        request_id: None,
+        details: Details::new()
+            .with("code", Value::String(code.as_str().to_owned()))
+            .with("path", Value::String(path))
+            .with(
+                "attempted_op",
+                Value::String(attempted_op.as_str().to_owned()),
+            ),
+        result: AuditOutcome {
+            ok: false,
+            exit_code: None,
+            duration_ms: 0,
+            error_code: Some(code.as_str().to_owned()),
+        },
+        session_id: None,
+    }
+}
+
+fn millis(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,548 @@
+//! One established data connection after its handshake (PROTOCOL.md §5,
+//! §9, §11.4): the reader loop, the writer thread, request admission, the
+//! capability gate, and the hand-off of admitted requests to the shared
+//! worker pool.
+//!
+//! Threads: the caller's thread reads; one writer thread per connection
+//! sends, taking PONGs before anything else so no worker can delay them;
+//! workers come from the daemon's pool. A response is queued only after its
+//! audit record is durable, and only on the connection its request came
+//! from: when the connection ends its channels close and late responses
+//! are discarded. This module never runs an operation the connection did
+//! not grant, never answers an invalid frame it cannot answer
+//! unambiguously, and never blocks the reader on a worker.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, select, unbounded};
+use rustix::process::Pid;
+use serde_json::{Map, json};
+
+use super::handlers::{self, CommandGate};
+use super::pool::Pool;
+use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
+use crate::exec::{Cancel, ExecContext, Spawner};
+use crate::files::FileContext;
+use crate::jail::Jail;
+use crate::protocol::{
+    self, Capability, Counters, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
+    Status,
+};
+
+/// `STATUS_INTERVAL_SECONDS` (PROTOCOL.md §9.2).
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The message of `SHIM_OVERLOADED` from admission (PROTOCOL.md §5.2).
+pub const OVERLOADED: &str = "The local executor is at its concurrent request limit.";
+
+/// The message of an operation whose record could not be written (AUDIT.md
+/// §8.3 hardening note, step 1).
+pub const AUDIT_FAILED: &str =
+    "The audit record of this operation could not be written; the operation may have taken effect.";
+
+/// The message for requests refused because the audit log failed earlier.
+pub const AUDIT_UNHEALTHY: &str = "The audit log cannot be written; no operation is executed.";
+
+/// Why a connection's inbound side ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// A close frame arrived (`None`: without a code) or the stream ended.
+    Closed(Option<u16>),
+    /// A transport failure; the text is for the audit reason.
+    Failed(String),
+}
+
+/// The receiving half of an established connection.
+pub trait Inbound {
+    /// Blocks until the next message (text or binary, as bytes) or the end.
+    fn recv(&mut self) -> Result<Vec<u8>, Ended>;
+}
+
+/// The sending half, owned by the writer thread.
+pub trait Outbound: Send {
+    /// Sends one text message.
+    fn send(&mut self, text: Vec<u8>) -> Result<(), Ended>;
+    /// Sends a close frame (best effort).
+    fn close(&mut self, code: u16, reason: &str);
+}
+
+/// Where this connection's records go: the shared writer (legacy mode) or
+/// a handle bound to the chat session (child runtimes).
+#[derive(Debug, Clone)]
+pub enum AuditSink {
+    /// The shared writer with its default session.
+    Log(AuditLog),
+    /// A session-bound handle.
+    Session(SessionAudit),
+}
+
+impl AuditSink {
+    fn submit(&self, entry: Entry) -> Ticket {
+        match self {
+            AuditSink::Log(log) => log.submit(entry),
+            AuditSink::Session(s) => s.submit(entry),
+        }
+    }
+
+    /// True until a write has failed anywhere.
+    pub fn is_healthy(&self) -> bool {
+        match self {
+            AuditSink::Log(log) => log.is_healthy(),
+            AuditSink::Session(s) => s.is_healthy(),
+        }
+    }
+
+    /// Writes `entry` and waits until it is durable.
+    pub fn write(&self, entry: Entry) -> bool {
+        self.submit(entry).wait().is_ok()
+    }
+}
+
+/// Everything a connection's requests need, fixed at the handshake.
+pub struct Setup {
+    /// The session root.
+    pub jail: Jail,
+    /// Starts commands.
+    pub spawner: Arc<Spawner>,
+    /// The shim's environment captured at start.
+    pub host_env: Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+    /// The machine-wide command limits.
+    pub commands: Arc<dyn CommandGate + Send>,
+    /// The records' destination.
+    pub audit: AuditSink,
+    /// The granted capabilities, as the platform spelled them.
+    pub granted: Vec<String>,
+    /// Effective `max_concurrent`.
+    pub max_concurrent: u64,
+    /// Effective `command_timeout_seconds`.
+    pub command_timeout_seconds: u64,
+    /// Effective `max_file_size_bytes`.
+    pub max_file_size_bytes: u64,
+    /// The local `enable_shell` switch.
+    pub shell_enabled: bool,
+    /// `refuse_multilink_reads`.
+    pub refuse_multilink_reads: bool,
+    /// The process umask captured at start.
+    pub umask: rustix::fs::Mode,
+    /// The active audit log file, for `STATUS.audit_log_bytes`.
+    pub audit_path: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("granted", &self.granted)
+            .field("max_concurrent", &self.max_concurrent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a connection ended, for `WS_DISCONNECTED` and the reconnect decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The platform closed (or the stream ended) with this code.
+    Closed(Option<u16>),
+    /// The transport failed.
+    Failed(String),
+    /// `SESSION_REVOKED` arrived: never reconnect.
+    Revoked {
+        /// The frame's `reason`.
+        reason: String,
+    },
+    /// The daemon is stopping.
+    Stopped,
+    /// An audit write failed: the daemon must stop (exit 78).
+    AuditFailed,
+}
+
+/// What goes to the writer thread.
+enum Out {
+    Frame(Vec<u8>),
+    Close(u16, &'static str),
+    /// The connection is over without a close of ours.
+    Stop,
+}
+
+/// State shared by the reader, the writer and the workers.
+struct Shared {
+    setup: Setup,
+    cancel: Cancel,
+    counters: Mutex<Counters>,
+    /// Frames for the writer; PONGs take the priority lane.
+    tx: Sender<Out>,
+    priority: Sender<Out>,
+    leftovers: Mutex<Vec<Pid>>,
+    audit_failed: AtomicBool,
+    connected_at: Instant,
+    /// Requests handed to the pool and not yet finished.
+    running: Mutex<u64>,
+    idle: std::sync::Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Counters stay consistent between statements; a panic elsewhere must
+    // not stop the connection's bookkeeping.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The current Unix time for `ts`.
+pub fn now_ts() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A fresh UUID v4 for unsolicited frames.
+pub fn fresh_id() -> String {
+    let mut bytes = [0u8; 16];
+    // Without randomness the id would repeat; a fixed id only confuses
+    // correlation of unsolicited frames, which nothing relies on.
+    let _ = getrandom::fill(&mut bytes);
+    protocol::uuid_v4_from_bytes(bytes)
+}
+
+/// Serves one connection until it ends. `stop` ends it from outside
+/// (shutdown): the reader must then return from `recv` (the caller closes
+/// the transport).
+pub fn serve(
+    setup: Setup,
+    pool: &Pool,
+    mut inbound: impl Inbound,
+    outbound: impl Outbound + 'static,
+    stop: &AtomicBool,
+) -> End {
+    let (tx, rx) = unbounded();
+    let (priority, priority_rx) = unbounded();
+    let cancel = match Cancel::new() {
+        Ok(c) => c,
+        Err(e) => return End::Failed(format!("cannot create the cancellation token: {e}")),
+    };
+    let shared = Arc::new(Shared {
+        setup,
+        cancel,
+        counters: Mutex::new(Counters::default()),
+        tx,
+        priority,
+        leftovers: Mutex::new(Vec::new()),
+        audit_failed: AtomicBool::new(false),
+        connected_at: Instant::now(),
+        running: Mutex::new(0),
+        idle: std::sync::Condvar::new(),
+    });
+    let writer = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("ws-writer".into())
+            .spawn(move || write_loop(&shared, outbound, &priority_rx, &rx))
+    };
+    let end = match writer {
+        Ok(_) => read_loop(&shared, pool, &mut inbound, stop),
+        Err(e) => End::Failed(format!("cannot start the writer: {e}")),
+    };
+    // PROTOCOL.md §11.4: cancel everything admitted, wait for the workers
+    // (commands take at most the termination sequence), terminate what
+    // commands left behind.
+    shared.cancel.cancel();
+    {
+        let mut running = lock(&shared.running);
+        while *running > 0 {
+            running = shared
+                .idle
+                .wait(running)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+    let leftovers = std::mem::take(&mut *lock(&shared.leftovers));
+    for group in leftovers {
+        crate::exec::run::terminate_group(group);
+    }
+    match &end {
+        End::Revoked { .. } => {
+            let _ = shared.priority.send(Out::Close(4428, "session_revoked"));
+        }
+        End::Stopped | End::AuditFailed => {
+            let _ = shared.priority.send(Out::Close(1000, "shutdown"));
+        }
+        End::Closed(_) | End::Failed(_) => {
+            let _ = shared.priority.send(Out::Stop);
+        }
+    }
+    if shared.audit_failed.load(Ordering::SeqCst) {
+        return End::AuditFailed;
+    }
+    end
+}
+
+fn read_loop(
+    shared: &Arc<Shared>,
+    pool: &Pool,
+    inbound: &mut impl Inbound,
+    stop: &AtomicBool,
+) -> End {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return End::Stopped;
+        }
+        if shared.audit_failed.load(Ordering::SeqCst) {
+            return End::AuditFailed;
+        }
+        let bytes = match inbound.recv() {
+            Ok(bytes) => bytes,
+            Err(_) if stop.load(Ordering::SeqCst) => return End::Stopped,
+            Err(Ended::Closed(code)) => return End::Closed(code),
+            Err(Ended::Failed(e)) => return End::Failed(e),
+        };
+        let frame = match protocol::decode(&bytes) {
+            Ok(frame) => frame,
+            Err(e) => {
+                answer_invalid(shared, &e);
+                continue;
+            }
+        };
+        match &frame.message {
+            Message::Ping(_) => {
+                let pong = Frame::new(
+                    frame.id.clone(),
+                    now_ts(),
+                    Message::Pong(Default::default()),
+                );
+                if let Ok(bytes) = protocol::encode(&pong) {
+                    let _ = shared.priority.send(Out::Frame(bytes));
+                }
+                continue;
+            }
+            Message::SessionRevoked(revoked) => {
+                let mut details = Details::new()
+                    .with("reason", json!(revoked.reason))
+                    .with("source", json!("frame"));
+                if let Some(id) = &revoked.new_shim_machine_id {
+                    details = details.with("new_shim_machine_id", json!(id));
+                }
+                if !shared
+                    .setup
+                    .audit
+                    .write(Entry::event("SESSION_REVOKED", details))
+                {
+                    shared.audit_failed.store(true, Ordering::SeqCst);
+                }
+                return End::Revoked {
+                    reason: revoked.reason.clone(),
+                };
+            }
+            _ => {}
+        }
+        admit(shared, pool, frame);
+    }
+}
+
+/// PROTOCOL.md §2.4 hardening note: an invalid request with a usable id
+/// gets an `ERROR`; everything else is dropped.
+fn answer_invalid(shared: &Shared, e: &DecodeError) {
+    let Some(reply) = &e.reply else {
+        return;
+    };
+    let capacity = lock(&shared.counters).pending_capacity(shared.setup.max_concurrent);
+    let frame = Frame::new(
+        reply.id.clone(),
+        now_ts(),
+        Message::Error(ErrorPayload::new(
+            reply.code,
+            crate::text::one_line(&e.invalid.to_string()),
+        )),
+    )
+    .with_capacity(capacity);
+    send_response(shared, &frame);
+}
+
+/// Step 5–6 of PROTOCOL.md §5.1.
+fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
+    let max = shared.setup.max_concurrent;
+    {
+        let mut c = lock(&shared.counters);
+        if !c.admits(max) {
+            drop(c);
+            let mut details = Map::new();
+            details.insert("max_concurrent".into(), json!(max));
+            let reply = Frame::new(
+                frame.id,
+                now_ts(),
+                Message::Error(
+                    ErrorPayload::new(ErrorCode::ShimOverloaded, OVERLOADED).with_details(details),
+                ),
+            )
+            .with_capacity(0);
+            send_response(shared, &reply);
+            return;
+        }
+        c.pending += 1;
+        c.queued += 1;
+    }
+    *lock(&shared.running) += 1;
+    let job_shared = Arc::clone(shared);
+    let submitted = pool.submit(Box::new(move || {
+        run_request(&job_shared, frame);
+        let mut running = lock(&job_shared.running);
+        *running -= 1;
+        job_shared.idle.notify_all();
+    }));
+    if !submitted {
+        // The pool is gone (the daemon is stopping): nothing ran.
+        let mut c = lock(&shared.counters);
+        c.pending -= 1;
+        c.queued -= 1;
+        *lock(&shared.running) -= 1;
+        shared.idle.notify_all();
+    }
+}
+
+/// A worker's part: the slot, the gates, the handler, the record, the
+/// response and the edge `STATUS`.
+fn run_request(shared: &Shared, frame: Frame) {
+    {
+        let mut c = lock(&shared.counters);
+        c.queued -= 1;
+        c.in_flight += 1;
+    }
+    let kind = frame.message_type();
+    let reply = if shared.cancel.is_cancelled() {
+        // Admitted before the connection ended: cancelled unrun.
+        None
+    } else {
+        route(shared, &frame.id, kind, &frame.message)
+    };
+    let (saturated, capacity) = {
+        let mut c = lock(&shared.counters);
+        let saturated = c.is_saturated(shared.setup.max_concurrent);
+        c.pending -= 1;
+        c.in_flight -= 1;
+        (saturated, c.pending_capacity(shared.setup.max_concurrent))
+    };
+    let Some(message) = reply else {
+        return;
+    };
+    if shared.cancel.is_cancelled() {
+        return;
+    }
+    let response = Frame::new(frame.id, now_ts(), message).with_capacity(capacity);
+    send_response(shared, &response);
+    if saturated {
+        send_status(shared);
+    }
+}
+
+/// The gates of §5.3–§5.5 and the handler; returns the reply to send.
+fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Option<Message> {
+    let setup = &shared.setup;
+    let Some(capability) = kind.required_capability() else {
+        // §5.5: known non-request types are ignored on a data connection.
+        return None;
+    };
+    if !setup.granted.iter().any(|g| g == capability.as_str()) {
+        return Some(handlers::not_granted(capability.as_str(), &setup.granted));
+    }
+    if !setup.audit.is_healthy() || shared.audit_failed.load(Ordering::SeqCst) {
+        return Some(handlers::error(ErrorCode::InternalError, AUDIT_UNHEALTHY));
+    }
+    if !matches!(capability, Capability::Files | Capability::Shell) {
+        // Granted but not built: unreachable while such capabilities are
+        // never advertised, answered rather than ignored all the same.
+        return Some(handlers::error(
+            ErrorCode::FeatureNotSupported,
+            format!("{} is not supported by this shim.", kind.as_str()),
+        ));
+    }
+    let ctx = handlers::Context {
+        files: FileContext {
+            jail: &setup.jail,
+            max_file_size_bytes: setup.max_file_size_bytes,
+            refuse_multilink_reads: setup.refuse_multilink_reads,
+            umask: setup.umask,
+        },
+        exec: ExecContext {
+            jail: &setup.jail,
+            command_timeout_seconds: setup.command_timeout_seconds,
+            max_file_size_bytes: setup.max_file_size_bytes,
+            host_env: &setup.host_env,
+            spawner: &setup.spawner,
+            cancel: &shared.cancel,
+        },
+        shell_enabled: setup.shell_enabled,
+        commands: &*setup.commands,
+    };
+    let handled = handlers::handle(&ctx, id, message, &setup.granted);
+    if let Some(group) = handled.leftover_group {
+        lock(&shared.leftovers).push(group);
+    }
+    if let Some(entry) = handled.audit {
+        if setup.audit.submit(entry).wait().is_err() {
+            shared.audit_failed.store(true, Ordering::SeqCst);
+            return Some(handlers::error(ErrorCode::InternalError, AUDIT_FAILED));
+        }
+    }
+    handled.reply
+}
+
+fn send_response(shared: &Shared, frame: &Frame) {
+    if let Ok(bytes) = protocol::encode_response(frame) {
+        let _ = shared.tx.send(Out::Frame(bytes));
+    }
+}
+
+fn send_status(shared: &Shared) {
+    let max = shared.setup.max_concurrent;
+    let c = *lock(&shared.counters);
+    let status = Status {
+        in_flight: c.in_flight,
+        max_concurrent: max,
+        queue_depth: c.queued,
+        audit_log_bytes: std::fs::metadata(&shared.setup.audit_path).map_or(0, |m| m.len()),
+        uptime_seconds: shared.connected_at.elapsed().as_secs_f64(),
+    };
+    let frame = Frame::new(fresh_id(), now_ts(), Message::Status(status))
+        .with_capacity(c.pending_capacity(max));
+    if let Ok(bytes) = protocol::encode(&frame) {
+        let _ = shared.tx.send(Out::Frame(bytes));
+    }
+}
+
+/// Sends what the connection produces, PONGs first, and the periodic
+/// `STATUS`. Ends on a close request or a send failure.
+fn write_loop(
+    shared: &Shared,
+    mut out: impl Outbound,
+    priority: &Receiver<Out>,
+    normal: &Receiver<Out>,
+) {
+    let mut next_status = Instant::now() + STATUS_INTERVAL;
+    loop {
+        let item = match priority.try_recv() {
+            Ok(item) => item,
+            Err(_) => {
+                let wait = next_status.saturating_duration_since(Instant::now());
+                select! {
+                    recv(priority) -> item => match item { Ok(item) => item, Err(_) => return },
+                    recv(normal) -> item => match item { Ok(item) => item, Err(_) => return },
+                    default(wait) => {
+                        next_status += STATUS_INTERVAL;
+                        send_status(shared);
+                        continue;
+                    }
+                }
+            }
+        };
+        match item {
+            Out::Frame(bytes) => {
+                if out.send(bytes).is_err() {
+                    return;
+                }
+            }
+            Out::Close(code, reason) => {
+                out.close(code, reason);
+                return;
+            }
+            Out::Stop => return,
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! PROTOCOL.md §5, §9 and §11.4 on one served connection, with an
+//! in-memory transport (the TLS transport has its own tests): PONG and
+//! `SHIM_OVERLOADED` do not wait behind busy workers, responses follow
+//! their durable audit record and carry `pending_capacity`, gates refuse
+//! what was not granted or is switched off locally, invalid requests get
+//! an `ERROR`, and a closed connection cancels its running commands.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
+use autogpt_shim::daemon::handlers::CommandGate;
+use autogpt_shim::daemon::pool::{Pool, WORKERS};
+use autogpt_shim::daemon::session::{self, AuditSink, End, Ended, Inbound, Outbound, Setup};
+use autogpt_shim::exec::Spawner;
+use autogpt_shim::jail::{Jail, JailOptions};
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use serde_json::{Value, json};
+
+struct MemIn(Receiver<Result<Vec<u8>, Ended>>);
+
+impl Inbound for MemIn {
+    fn recv(&mut self) -> Result<Vec<u8>, Ended> {
+        self.0.recv().unwrap_or(Err(Ended::Closed(None)))
+    }
+}
+
+#[derive(Debug)]
+enum Sent {
+    Frame(Value),
+    Close(u16),
+}
+
+struct MemOut(Sender<Sent>);
+
+impl Outbound for MemOut {
+    fn send(&mut self, text: Vec<u8>) -> Result<(), Ended> {
+        let v: Value = serde_json::from_slice(&text).unwrap();
+        self.0.send(Sent::Frame(v)).map_err(|_| Ended::Closed(None))
+    }
+    fn close(&mut self, code: u16, _reason: &str) {
+        let _ = self.0.send(Sent::Close(code));
+    }
+}
+
+/// No machine-wide limit: these tests are about the connection.
+struct Unlimited;
+
+impl CommandGate for Unlimited {
+    fn enter(&self) -> Result<Box<dyn Send>, String> {
+        Ok(Box::new(()))
+    }
+}
+
+struct Fx {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    audit_path: PathBuf,
+    to_shim: Sender<Result<Vec<u8>, Ended>>,
+    from_shim: Receiver<Sent>,
+    /// Replies read while waiting for another id.
+    early: std::cell::RefCell<Vec<Value>>,
+    served: std::thread::JoinHandle<End>,
+    log: AuditLog,
+}
+
+fn start(granted: &[&str], shell_enabled: bool, max_concurrent: u64) -> Fx {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let root = base.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let audit_path = base.join("audit.jsonl");
+    let (log, _thread) = AuditLog::open(
+        WriterOptions::new(audit_path.clone(), "0.1.0-test"),
+        AuditKey::new(vec![3; 32]).unwrap(),
+    )
+    .unwrap();
+    let setup = Setup {
+        jail: Jail::pin(&root, JailOptions::default()).unwrap(),
+        spawner: Arc::new(
+            Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
+        ),
+        host_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
+        commands: Arc::new(Unlimited),
+        audit: AuditSink::Log(log.clone()),
+        granted: granted.iter().map(|g| (*g).to_owned()).collect(),
+        max_concurrent,
+        command_timeout_seconds: 30,
+        max_file_size_bytes: 10 << 20,
+        shell_enabled,
+        refuse_multilink_reads: false,
+        umask: rustix::fs::Mode::from_raw_mode(0o022),
+        audit_path: audit_path.clone(),
+    };
+    let (to_shim, rx) = unbounded();
+    let (tx, from_shim) = unbounded();
+    let served = std::thread::spawn(move || {
+        let pool = Pool::new(WORKERS).unwrap();
+        session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
+    });
+    Fx {
+        _tmp: tmp,
+        root,
+        audit_path,
+        to_shim,
+        from_shim,
+        early: Default::default(),
+        served,
+        log,
+    }
+}
+
+impl Fx {
+    fn send(&self, v: Value) {
+        self.to_shim.send(Ok(v.to_string().into_bytes())).unwrap();
+    }
+
+    fn request(&self, id: &str, kind: &str, payload: Value) {
+        self.send(json!({"type": kind, "id": id, "ts": 1.0, "payload": payload}));
+    }
+
+    /// The frame with `id` (responses come in any order), skipping STATUS
+    /// frames.
+    fn reply(&self, id: &str) -> Value {
+        let found = self.early.borrow().iter().position(|v| v["id"] == id);
+        if let Some(at) = found {
+            return self.early.borrow_mut().remove(at);
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.from_shim.recv_timeout(left).expect("no reply in time") {
+                Sent::Frame(v) if v["id"] == id => return v,
+                Sent::Frame(v) if v["type"] == "STATUS" => {}
+                Sent::Frame(v) => self.early.borrow_mut().push(v),
+                other => panic!("unexpected {other:?} while waiting for {id}"),
+            }
+        }
+    }
+
+    fn audit_ops(&self) -> Vec<(String, Value)> {
+        std::fs::read_to_string(&self.audit_path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["op"].as_str().unwrap().to_owned(), v)
+            })
+            .collect()
+    }
+
+    fn finish(self) -> End {
+        self.finish_keeping_files().0
+    }
+
+    /// Ends the connection; the temporary files stay until the returned
+    /// directory is dropped.
+    fn finish_keeping_files(self) -> (End, tempfile::TempDir) {
+        drop(self.to_shim);
+        let end = self.served.join().unwrap();
+        drop(self.log);
+        (end, self._tmp)
+    }
+}
+
+#[test]
+fn pong_and_overload_do_not_wait_behind_ten_blocked_commands() {
+    let fx = start(&["shell", "files"], true, 10);
+    let gate = fx.root.join("release");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.02; done", gate.display());
+    for n in 0..10 {
+        fx.request(
+            &format!("c{n}"),
+            "EXECUTE_COMMAND",
+            json!({"command": wait}),
+        );
+    }
+    // Let all ten be admitted before the eleventh arrives.
+    std::thread::sleep(Duration::from_millis(300));
+    fx.request("c10", "EXECUTE_COMMAND", json!({"command": "true"}));
+    let overloaded = fx.reply("c10");
+    assert_eq!(overloaded["type"], "ERROR");
+    assert_eq!(overloaded["payload"]["code"], "SHIM_OVERLOADED");
+    assert_eq!(
+        overloaded["payload"]["message"],
+        "The local executor is at its concurrent request limit."
+    );
+    assert_eq!(
+        overloaded["payload"]["details"],
+        json!({"max_concurrent": 10})
+    );
+    assert_eq!(overloaded["pending_capacity"], 0);
+    fx.request("p1", "PING", json!({}));
+    let pong = fx.reply("p1");
+    assert_eq!(pong["type"], "PONG");
+    assert_eq!(pong["pending_capacity"], Value::Null);
+    // Nothing finished before the release.
+    assert!(!gate.exists());
+    std::fs::write(&gate, b"").unwrap();
+    for n in 0..10 {
+        let r = fx.reply(&format!("c{n}"));
+        assert_eq!(r["type"], "COMMAND_RESULT", "{r}");
+        assert_eq!(r["payload"]["exit_code"], 0);
+    }
+    assert_eq!(fx.finish(), End::Closed(None));
+}
+
+#[test]
+fn file_write_is_acknowledged_after_its_record_with_capacity() {
+    let fx = start(&["files"], false, 4);
+    fx.request(
+        "w1",
+        "FILE_WRITE",
+        json!({"path": "a.txt", "content": "hello"}),
+    );
+    let ack = fx.reply("w1");
+    assert_eq!(ack["type"], "ACK", "{ack}");
+    assert_eq!(ack["pending_capacity"], 4);
+    // The record was durable before the ACK was queued.
+    let ops = fx.audit_ops();
+    let (op, record) = ops.last().unwrap();
+    assert_eq!(op, "FILE_WRITE");
+    assert_eq!(record["request_id"], "w1");
+    assert_eq!(record["details"]["size_bytes_written"], 5);
+    assert_eq!(std::fs::read(fx.root.join("a.txt")).unwrap(), b"hello");
+    fx.finish();
+}
+
+#[test]
+fn ungranted_capability_is_refused_without_a_record() {
+    let fx = start(&["shell"], true, 4);
+    fx.request("r1", "FILE_READ", json!({"path": "x"}));
+    let e = fx.reply("r1");
+    assert_eq!(e["payload"]["code"], "CAPABILITY_NOT_GRANTED");
+    assert_eq!(
+        e["payload"]["details"],
+        json!({"required_capability": "files", "granted_capabilities": ["shell"]})
+    );
+    assert!(fx.audit_ops().is_empty());
+    fx.finish();
+}
+
+#[test]
+fn locally_disabled_shell_refuses_even_when_granted() {
+    let fx = start(&["shell", "files"], false, 4);
+    fx.request("c1", "EXECUTE_COMMAND", json!({"command": "touch ran"}));
+    let e = fx.reply("c1");
+    assert_eq!(e["payload"]["code"], "CAPABILITY_NOT_GRANTED");
+    assert!(!fx.root.join("ran").exists());
+    assert!(fx.audit_ops().is_empty());
+    fx.finish();
+}
+
+#[test]
+fn jail_refusal_writes_only_a_jail_violation() {
+    let fx = start(&["files"], false, 4);
+    fx.request("r1", "FILE_READ", json!({"path": "../../etc/passwd"}));
+    let e = fx.reply("r1");
+    assert_eq!(e["type"], "ERROR");
+    let ops = fx.audit_ops();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].0, "JAIL_VIOLATION");
+    assert_eq!(ops[0].1["request_id"], Value::Null);
+    assert_eq!(ops[0].1["details"]["attempted_op"], "FILE_READ");
+    fx.finish();
+}
+
+#[test]
+fn invalid_request_with_an_id_gets_an_error_and_garbage_is_dropped() {
+    let fx = start(&["files"], false, 4);
+    fx.to_shim.send(Ok(b"not json".to_vec())).unwrap();
+    fx.request("bad", "FILE_READ", json!({"path": "x", "surprise": 1}));
+    let e = fx.reply("bad");
+    assert_eq!(e["payload"]["code"], "INTERNAL_ERROR");
+    assert!(
+        e["payload"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("surprise")
+    );
+    assert_eq!(e["pending_capacity"], 4);
+    // The connection still serves.
+    fx.request("p", "PING", json!({}));
+    assert_eq!(fx.reply("p")["type"], "PONG");
+    fx.finish();
+}
+
+#[test]
+fn known_non_request_types_are_ignored_on_a_data_connection() {
+    let fx = start(&["files"], false, 4);
+    fx.request("s", "STATUS", json!({"in_flight": 0, "max_concurrent": 1}));
+    fx.request("p", "PING", json!({}));
+    // The PONG is the only answer.
+    assert_eq!(fx.reply("p")["type"], "PONG");
+    assert!(
+        fx.from_shim
+            .recv_timeout(Duration::from_millis(200))
+            .is_err()
+    );
+    fx.finish();
+}
+
+#[test]
+fn session_revoked_closes_4428_and_is_audited() {
+    let fx = start(&["files"], false, 4);
+    fx.request("x1", "SESSION_REVOKED", json!({"reason": "user_revoked"}));
+    let until = Instant::now() + Duration::from_secs(5);
+    let code = loop {
+        match fx.from_shim.recv_deadline(until).unwrap() {
+            Sent::Close(code) => break code,
+            Sent::Frame(_) => {}
+        }
+    };
+    assert_eq!(code, 4428);
+    let ops = fx.audit_ops();
+    assert_eq!(ops.last().unwrap().0, "SESSION_REVOKED");
+    assert_eq!(
+        ops.last().unwrap().1["details"],
+        json!({"reason": "user_revoked", "source": "frame"})
+    );
+    let end = fx.served.join().unwrap();
+    assert_eq!(
+        end,
+        End::Revoked {
+            reason: "user_revoked".into()
+        }
+    );
+}
+
+#[test]
+fn disconnect_cancels_running_commands_without_a_result() {
+    let fx = start(&["shell"], true, 4);
+    let pid_file = fx.root.join("pid");
+    fx.request(
+        "c1",
+        "EXECUTE_COMMAND",
+        json!({"command": format!("echo $$ > '{}'; exec sleep 1000", pid_file.display())}),
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    while !pid_file.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let audit_path = fx.audit_path.clone();
+    let from_shim = fx.from_shim.clone();
+    let (end, _files) = fx.finish_keeping_files();
+    assert_eq!(end, End::Closed(None));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // No COMMAND_RESULT was sent.
+    while let Ok(sent) = from_shim.try_recv() {
+        if let Sent::Frame(v) = sent {
+            assert_ne!(v["type"], "COMMAND_RESULT");
+        }
+    }
+    let text = std::fs::read_to_string(audit_path).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["op"], "EXECUTE_COMMAND");
+    assert_eq!(last["result"]["error_code"], "INTERNAL_ERROR");
+}
