@@ -8,4 +8,7 @@
 //! in [`wire`], so a misreading of the specification in the shim cannot
 //! agree with itself here.
 
+pub mod hello;
 pub mod wire;
+
+pub use hello::{ConnKind, HelloAck, HelloError, hello_problems};
