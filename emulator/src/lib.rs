@@ -29,10 +29,12 @@
 //! Modules, in the order a connection meets them: `server` (listening,
 //! TLS, HTTP upgrade, per-attempt behaviours), `transport` (the byte
 //! stream), [`conn`] (one WebSocket: frames in and out), [`hello`] (the
-//! handshake) and [`wire`] (envelopes and identifiers).
+//! handshake), [`wire`] (envelopes and identifiers), [`script`] (the chat
+//! the command-line emulator runs).
 
 pub mod conn;
 pub mod hello;
+pub mod script;
 mod server;
 mod tls;
 mod transport;

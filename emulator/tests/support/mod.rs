@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod fake;
+
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
