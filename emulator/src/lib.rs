@@ -1,0 +1,46 @@
+//! A platform emulator for `autogpt-shim`: the platform's side of the
+//! local-executor wire protocol (`PROTOCOL.md`), as a real WebSocket server
+//! over TLS on 127.0.0.1, for integration tests and for people trying a shim
+//! by hand.
+//!
+//! The emulator is a test oracle. It is written from the specification
+//! alone and must never depend on the `autogpt-shim` crate or reuse its
+//! codec: it speaks JSON through [`serde_json::Value`] and the small functions
+//! in [`wire`], so a misreading of the specification in the shim cannot
+//! agree with itself here. It is synchronous (plain threads, no async
+//! runtime), like the shim.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use autogpt_shim_emulator::{Emulator, EmulatorOptions, HelloAck};
+//! use serde_json::json;
+//!
+//! let emulator = Emulator::start(EmulatorOptions::new())?;
+//! println!("{} {:?} {:?}", emulator.ws_url(), emulator.ca_file(), emulator.spki_sha256());
+//! // … start a shim against it, then:
+//! let conn = emulator.accept(Duration::from_secs(30)).expect("a shim connected");
+//! conn.expect_hello(Duration::from_secs(10));
+//! conn.send_hello_ack(&HelloAck::new())?;
+//! let reply = conn.call("FILE_STAT", json!({"path": "/tmp", "follow_symlinks": true}), Duration::from_secs(10))?;
+//! assert_eq!(reply["type"], "FILE_STAT_RESPONSE");
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! Modules, in the order a connection meets them: `server` (listening,
+//! TLS, HTTP upgrade, per-attempt behaviours), `transport` (the byte
+//! stream), [`conn`] (one WebSocket: frames in and out), [`hello`] (the
+//! handshake), [`wire`] (envelopes and identifiers), [`script`] (the chat
+//! the command-line emulator runs).
+
+pub mod conn;
+pub mod hello;
+pub mod script;
+mod server;
+mod tls;
+mod transport;
+pub mod wire;
+
+pub use conn::{Conn, Ending, RawFrame, RawKind, RawMessage};
+pub use hello::{ConnKind, HelloAck, HelloError, hello_problems};
+pub use server::{AttemptOutcome, Emulator, EmulatorOptions, UpgradeAttempt, UpgradeBehaviour};
+pub use tls::TlsVersions;

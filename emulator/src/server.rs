@@ -1,0 +1,572 @@
+//! The listening side: options, the accept loop, the TLS and HTTP upgrade
+//! of each connection, and the record of every upgrade attempt.
+//!
+//! Owns everything that happens before a WebSocket exists: which port, which
+//! certificate, what to answer to each upgrade request (a queue of
+//! per-attempt behaviours, so "401, then 101" is scriptable), and whether
+//! the bearer token is the expected one. Upgraded connections are handed to
+//! the test as [`Conn`]s through [`Emulator::accept`].
+//!
+//! It listens on 127.0.0.1 only and must never bind another address: the
+//! emulator exists for loopback tests and local development, and a test
+//! platform reachable from the network would be an open door.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rustls::{ServerConnection, StreamOwned};
+use tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tungstenite::http;
+use tungstenite::protocol::WebSocketConfig;
+
+use crate::conn::{Conn, RequestInfo};
+use crate::hello::{ConnKind, HelloAck};
+use crate::tls::{self, TlsMaterial, TlsVersions};
+use crate::transport::Transport;
+use crate::wire;
+
+/// How long the TLS handshake and the HTTP upgrade request may take, and how
+/// long the automatic handshake waits for HELLO. The shim's own limits are
+/// 10 s for both (`PROTOCOL.md` §1.6).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What to answer to one upgrade request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeBehaviour {
+    /// Upgrade (101), unless an expected token is set and the request's
+    /// `Authorization` is not `Bearer <token>`: then 401.
+    Accept,
+    /// Refuse the upgrade with this HTTP status (e.g. 401, 403, 500).
+    Status(u16),
+    /// Close the TCP connection after reading the request, without any
+    /// HTTP answer.
+    DropConnection,
+    /// Read the request, answer nothing for this long, then close the TCP
+    /// connection (an upgrade timeout on the shim's side).
+    Hang(Duration),
+}
+
+/// How one upgrade attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// Upgraded to a WebSocket; the [`Conn`] went to [`Emulator::accept`].
+    Upgraded,
+    /// Refused with this HTTP status.
+    Rejected(u16),
+    /// Closed without an HTTP answer ([`UpgradeBehaviour::DropConnection`]
+    /// or [`UpgradeBehaviour::Hang`]).
+    Unanswered,
+    /// The TLS handshake failed (e.g. the client distrusted the certificate
+    /// or its pin did not match); no HTTP request was read.
+    TlsFailed(String),
+    /// The HTTP exchange failed (not a WebSocket request, timeout, I/O).
+    HandshakeFailed(String),
+}
+
+/// One TCP connection the emulator accepted, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeAttempt {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The request path, if an HTTP request was read.
+    pub path: Option<String>,
+    /// The `Authorization` header, if the request had one.
+    pub authorization: Option<String>,
+    /// Every request header, names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    /// How the attempt ended.
+    pub outcome: AttemptOutcome,
+}
+
+/// How to start an [`Emulator`]. Defaults: TLS (1.3 and 1.2) on an
+/// ephemeral port of 127.0.0.1, path `/ws/local-executor`, CA file in a new
+/// temporary directory, every upgrade accepted, no automatic handshake.
+#[derive(Debug, Clone, Default)]
+pub struct EmulatorOptions {
+    port: u16,
+    plain: bool,
+    tls_versions: TlsVersions,
+    ca_file: Option<PathBuf>,
+    expected_token: Option<String>,
+    auto_handshake: Option<HelloAck>,
+    upgrades: Vec<UpgradeBehaviour>,
+}
+
+impl EmulatorOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Listens on this port instead of an ephemeral one.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Speaks plain `ws://` instead of `wss://` (loopback development).
+    #[must_use]
+    pub fn plain(mut self) -> Self {
+        self.plain = true;
+        self
+    }
+
+    /// Offers only these TLS versions.
+    #[must_use]
+    pub fn tls_versions(mut self, versions: TlsVersions) -> Self {
+        self.tls_versions = versions;
+        self
+    }
+
+    /// Writes the CA certificate to this path (which the emulator then leaves
+    /// in place) instead of a temporary directory.
+    #[must_use]
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Refuses with 401 every accepted upgrade whose `Authorization` is not
+    /// `Bearer <token>`.
+    #[must_use]
+    pub fn expect_token(mut self, token: impl Into<String>) -> Self {
+        self.expected_token = Some(token.into());
+        self
+    }
+
+    /// Runs HELLO→HELLO_ACK with this ack on every upgraded connection
+    /// before handing it to [`Emulator::accept`].
+    #[must_use]
+    pub fn auto_handshake(mut self, ack: HelloAck) -> Self {
+        self.auto_handshake = Some(ack);
+        self
+    }
+
+    /// Queues the behaviours for the first upgrade requests, in order.
+    #[must_use]
+    pub fn upgrades(mut self, behaviours: impl IntoIterator<Item = UpgradeBehaviour>) -> Self {
+        self.upgrades.extend(behaviours);
+        self
+    }
+}
+
+/// State shared by the accept loop, the connection threads and the
+/// [`Emulator`] handle.
+struct Shared {
+    stop: AtomicBool,
+    serial: AtomicU64,
+    upgrades: Mutex<VecDeque<UpgradeBehaviour>>,
+    expected_token: Mutex<Option<String>>,
+    auto_handshake: Mutex<Option<HelloAck>>,
+    attempts: Mutex<Vec<UpgradeAttempt>>,
+    attempt_added: Condvar,
+    server_config: Option<Arc<rustls::ServerConfig>>,
+    conns: Sender<Conn>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every value behind these locks is replaced or pushed in one step, so a
+    // panic elsewhere cannot leave it half-updated.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A running platform emulator. Dropping it stops accepting connections and
+/// removes the temporary CA file; connections already handed out live on
+/// until their [`Conn`] is dropped.
+pub struct Emulator {
+    addr: SocketAddr,
+    tls: Option<TlsMaterial>,
+    shared: Arc<Shared>,
+    conns: Receiver<Conn>,
+    accept_thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Emulator")
+            .field("ws_url", &self.ws_url())
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Emulator {
+    /// Binds 127.0.0.1, generates the PKI (unless plain) and starts
+    /// accepting connections in a background thread.
+    pub fn start(options: EmulatorOptions) -> io::Result<Emulator> {
+        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, options.port))?;
+        let addr = listener.local_addr()?;
+        let tls = if options.plain {
+            None
+        } else {
+            Some(tls::generate(
+                options.ca_file.as_deref(),
+                options.tls_versions,
+            )?)
+        };
+        let (conn_tx, conns) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            serial: AtomicU64::new(0),
+            upgrades: Mutex::new(options.upgrades.into_iter().collect()),
+            expected_token: Mutex::new(options.expected_token),
+            auto_handshake: Mutex::new(options.auto_handshake),
+            attempts: Mutex::new(Vec::new()),
+            attempt_added: Condvar::new(),
+            server_config: tls.as_ref().map(|tls| Arc::clone(&tls.server_config)),
+            conns: conn_tx,
+        });
+        let loop_shared = Arc::clone(&shared);
+        let accept_thread = thread::Builder::new()
+            .name("emulator-accept".to_owned())
+            .spawn(move || accept_loop(&listener, &loop_shared))?;
+        Ok(Emulator {
+            addr,
+            tls,
+            shared,
+            conns,
+            accept_thread: Some(accept_thread),
+        })
+    }
+
+    /// The listening address (always 127.0.0.1).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The listening port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Whether this emulator speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The control connection URL, `wss://127.0.0.1:PORT/ws/local-executor`
+    /// (`ws://` when plain).
+    pub fn ws_url(&self) -> String {
+        let scheme = if self.is_tls() { "wss" } else { "ws" };
+        format!("{scheme}://{}{}", self.addr, wire::WS_PATH)
+    }
+
+    /// The data connection URL for `session_id` (`PROTOCOL.md` §1.1).
+    pub fn data_url(&self, session_id: &str) -> String {
+        format!("{}/{}", self.ws_url(), wire::pct_encode(session_id))
+    }
+
+    /// The `platform_url` a shim derives [`Emulator::ws_url`] from:
+    /// `https://127.0.0.1:PORT` (`http://` when plain).
+    pub fn platform_url(&self) -> String {
+        let scheme = if self.is_tls() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The PEM file holding the CA certificate (`--ca-file`); `None` when
+    /// plain.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|tls| tls.ca_file.as_path())
+    }
+
+    /// The CA certificate as PEM; `None` when plain.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(|tls| tls.ca_pem.as_str())
+    }
+
+    /// Lowercase hex SHA-256 of the server certificate's
+    /// SubjectPublicKeyInfo (`--tls-pin-sha256`); `None` when plain.
+    pub fn spki_sha256(&self) -> Option<&str> {
+        self.tls.as_ref().map(|tls| tls.spki_sha256.as_str())
+    }
+
+    /// The next upgraded connection (after its automatic handshake, if one
+    /// is configured), waiting at most `timeout`.
+    pub fn accept(&self, timeout: Duration) -> Option<Conn> {
+        self.conns.recv_timeout(timeout).ok()
+    }
+
+    /// Appends behaviours for the next upgrade requests; once the queue is
+    /// empty every request gets [`UpgradeBehaviour::Accept`].
+    pub fn push_upgrades(&self, behaviours: impl IntoIterator<Item = UpgradeBehaviour>) {
+        lock(&self.shared.upgrades).extend(behaviours);
+    }
+
+    /// Sets (or with `None` removes) the bearer token accepted upgrades
+    /// require.
+    pub fn set_expected_token(&self, token: Option<&str>) {
+        *lock(&self.shared.expected_token) = token.map(str::to_owned);
+    }
+
+    /// Sets (or with `None` stops) the automatic handshake for connections
+    /// upgraded from now on.
+    pub fn set_auto_handshake(&self, ack: Option<HelloAck>) {
+        *lock(&self.shared.auto_handshake) = ack;
+    }
+
+    /// Every upgrade attempt that has ended so far, in order of ending.
+    pub fn attempts(&self) -> Vec<UpgradeAttempt> {
+        lock(&self.shared.attempts).clone()
+    }
+
+    /// Waits until at least `count` attempts have ended (or `timeout`
+    /// passed) and returns all of them.
+    pub fn wait_attempts(&self, count: usize, timeout: Duration) -> Vec<UpgradeAttempt> {
+        let deadline = Instant::now() + timeout;
+        let mut attempts = lock(&self.shared.attempts);
+        loop {
+            let now = Instant::now();
+            if attempts.len() >= count || now >= deadline {
+                return attempts.clone();
+            }
+            attempts = self
+                .shared
+                .attempt_added
+                .wait_timeout(attempts, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // The accept loop blocks in accept(); one connection wakes it to see
+        // the flag. If the connect fails the listener is already gone.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(thread) = self.accept_thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        let accepted = listener.accept();
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok((tcp, peer)) = accepted else {
+            // A failed accept (e.g. the client reset first) concerns only
+            // that client; a short pause keeps a persistent error (out of
+            // file descriptors) from spinning.
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let conn_shared = Arc::clone(shared);
+        // One thread per connection: a client that stalls its handshake must
+        // not hold up the next one.
+        let spawned = thread::Builder::new()
+            .name("emulator-upgrade".to_owned())
+            .spawn(move || serve(tcp, peer, &conn_shared));
+        if spawned.is_err() {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// What the upgrade callback saw and decided.
+#[derive(Default)]
+struct Seen {
+    path: Option<String>,
+    authorization: Option<String>,
+    headers: Vec<(String, String)>,
+    decision: Option<Decision>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Upgrade,
+    Reject(u16),
+    Unanswered,
+}
+
+fn serve(tcp: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    let mut seen = Seen::default();
+    let result = upgrade(tcp, peer, shared, &mut seen);
+    let outcome = match &result {
+        Ok(_) => AttemptOutcome::Upgraded,
+        Err(outcome) => outcome.clone(),
+    };
+    // Recorded before the Conn is handed out, so a test holding a Conn
+    // always finds its attempt.
+    lock(&shared.attempts).push(UpgradeAttempt {
+        peer,
+        path: seen.path,
+        authorization: seen.authorization,
+        headers: seen.headers,
+        outcome,
+    });
+    shared.attempt_added.notify_all();
+    let Ok(conn) = result else {
+        return;
+    };
+    let auto = lock(&shared.auto_handshake).clone();
+    if let Some(ack) = auto {
+        conn.auto_handshake(&ack, HANDSHAKE_TIMEOUT);
+    }
+    // The receiver lives as long as the Emulator; once it is gone the
+    // connection is dropped here, which closes it.
+    let _ = shared.conns.send(conn);
+}
+
+fn upgrade(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    seen: &mut Seen,
+) -> Result<Conn, AttemptOutcome> {
+    let setup = tcp
+        .set_nodelay(true)
+        .and_then(|()| tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
+        .and_then(|()| tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT)));
+    if let Err(error) = setup {
+        return Err(AttemptOutcome::HandshakeFailed(error.to_string()));
+    }
+    let transport = match &shared.server_config {
+        None => Transport::plain(tcp),
+        Some(config) => match tls_handshake(tcp, config) {
+            Ok(tls) => Transport::tls(tls),
+            Err(error) => return Err(AttemptOutcome::TlsFailed(error.to_string())),
+        },
+    };
+    let mute = transport.mute_switch();
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(wire::MAX_WEBSOCKET_MESSAGE_BYTES))
+        .max_frame_size(Some(wire::MAX_WEBSOCKET_MESSAGE_BYTES));
+
+    // The callback's signature is tungstenite's, error type included.
+    #[allow(clippy::result_large_err)]
+    let callback = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+        seen.path = Some(request.uri().to_string());
+        seen.headers = request
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        seen.authorization = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        let behaviour = lock(&shared.upgrades)
+            .pop_front()
+            .unwrap_or(UpgradeBehaviour::Accept);
+        let decision = match behaviour {
+            UpgradeBehaviour::Accept => {
+                let expected = lock(&shared.expected_token).clone();
+                match expected {
+                    Some(token)
+                        if seen.authorization.as_deref()
+                            != Some(format!("Bearer {token}").as_str()) =>
+                    {
+                        Decision::Reject(401)
+                    }
+                    _ => Decision::Upgrade,
+                }
+            }
+            UpgradeBehaviour::Status(status) => Decision::Reject(status),
+            UpgradeBehaviour::DropConnection => Decision::Unanswered,
+            UpgradeBehaviour::Hang(duration) => {
+                hang(duration, &shared.stop);
+                Decision::Unanswered
+            }
+        };
+        seen.decision = Some(decision);
+        match decision {
+            Decision::Upgrade => Ok(response),
+            Decision::Reject(status) => Err(error_response(status)),
+            Decision::Unanswered => {
+                mute.store(true, Ordering::SeqCst);
+                Err(error_response(500))
+            }
+        }
+    };
+    // The error may hold the callback, which borrows `seen`: only its text
+    // is kept.
+    let result = tungstenite::accept_hdr_with_config(transport, callback, Some(config))
+        .map_err(|error| error.to_string());
+    let ws = match result {
+        Ok(ws) => ws,
+        Err(message) => {
+            return Err(match seen.decision {
+                Some(Decision::Reject(status)) => AttemptOutcome::Rejected(status),
+                Some(Decision::Unanswered) => AttemptOutcome::Unanswered,
+                _ => AttemptOutcome::HandshakeFailed(message),
+            });
+        }
+    };
+
+    let serial = shared.serial.fetch_add(1, Ordering::SeqCst) + 1;
+    let path = seen.path.clone().unwrap_or_default();
+    let info = RequestInfo {
+        serial,
+        peer,
+        kind: ConnKind::from_path(&path, wire::WS_PATH),
+        path,
+        authorization: seen.authorization.clone(),
+        headers: seen.headers.clone(),
+    };
+    let upgraded = ws
+        .get_ref()
+        .tcp()
+        .set_write_timeout(None)
+        .and_then(|()| Conn::start(ws, info));
+    upgraded.map_err(|error| AttemptOutcome::HandshakeFailed(error.to_string()))
+}
+
+fn tls_handshake(
+    mut tcp: TcpStream,
+    config: &Arc<rustls::ServerConfig>,
+) -> io::Result<StreamOwned<ServerConnection, TcpStream>> {
+    let mut tls = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+    while tls.is_handshaking() {
+        let (read, written) = tls.complete_io(&mut tcp)?;
+        if read == 0 && written == 0 && tls.is_handshaking() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the client closed the connection during the TLS handshake",
+            ));
+        }
+    }
+    Ok(StreamOwned::new(tls, tcp))
+}
+
+/// Sleeps for `duration`, waking early when the emulator stops.
+fn hang(duration: Duration, stop: &AtomicBool) {
+    let deadline = Instant::now() + duration;
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        thread::sleep((deadline - now).min(Duration::from_millis(20)));
+    }
+}
+
+fn error_response(status: u16) -> ErrorResponse {
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|code| code.canonical_reason())
+        .unwrap_or("Refused");
+    let mut response = ErrorResponse::new(Some(format!("{status} {reason}\n")));
+    // An unrepresentable status (outside 100..=999) becomes 500 rather than
+    // an answer the HTTP layer cannot write.
+    *response.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    response
+}
