@@ -208,10 +208,14 @@ fn command_dies_and_reports_when_the_spawner_is_killed() {
     let spawner = fx.spawner.pid();
     let started = Instant::now();
     let out = std::thread::scope(|s| {
-        let running = s.spawn(|| fx.run(&command("echo $$ > pid; exec sleep 1000")));
-        assert!(wait_until(Duration::from_secs(5), || root
-            .join("pid")
-            .exists()));
+        let running = s.spawn(|| {
+            fx.run(&command(
+                "sleep 1000 & echo $! > bg; echo $$ > pid; sleep 1000; wait",
+            ))
+        });
+        assert!(wait_until(Duration::from_secs(5), || {
+            root.join("pid").exists() && root.join("bg").exists()
+        }));
         rustix::process::kill_process(spawner, rustix::process::Signal::KILL).unwrap();
         running.join().unwrap()
     });
@@ -224,10 +228,22 @@ fn command_dies_and_reports_when_the_spawner_is_killed() {
         .trim()
         .parse()
         .unwrap();
-    // The parent-death signal killed the leader.
+    // The parent-death signal killed the leader, the shim its group (the
+    // background job included).
     assert!(wait_until(Duration::from_secs(3), || run::group_gone(
         rustix::process::Pid::from_raw(pid).unwrap()
     )));
+    let bg: i32 = std::fs::read_to_string(root.join("bg"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || {
+        std::fs::read_to_string(format!("/proc/{bg}/stat")).map_or(true, |stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    }));
     // Later commands fail cleanly instead of hanging.
     let later = fx.run(&argv(&["true"]));
     assert_eq!(error(&later).code, ErrorCode::InternalError);

@@ -265,6 +265,14 @@ fn read_loop(shared: &Shared) {
     let mut routes = lock(&shared.routes);
     routes.closed = true;
     routes.pending.clear();
+    // The spawner is gone (killed, or it crashed) and cannot sweep: its
+    // parent-death signal took the leaders, and the groups of commands
+    // still running are killed here so their members do not outlive it.
+    for (&pid, _) in routes.exits.iter() {
+        if let Some(pid) = Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
     routes.exits.clear();
 }
 
