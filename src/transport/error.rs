@@ -68,13 +68,13 @@ impl Stage {
 impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Stage::Resolve => "resolving the host",
-            Stage::Connect => "connecting",
+            Stage::Resolve => "name resolution",
+            Stage::Connect => "the TCP connection",
             Stage::Proxy => "the proxy's CONNECT exchange",
             Stage::Tls => "the TLS handshake",
             Stage::Upgrade => "the WebSocket upgrade",
-            Stage::Read => "reading",
-            Stage::Write => "writing",
+            Stage::Read => "a read",
+            Stage::Write => "a write",
         })
     }
 }
@@ -393,7 +393,7 @@ impl fmt::Display for TransportError {
             TransportError::Io { stage, source } => {
                 write!(
                     f,
-                    "I/O error while {stage}: {}",
+                    "I/O error during {stage}: {}",
                     one_line(&source.to_string())
                 )
             }
@@ -472,6 +472,6 @@ mod tests {
             stage: Stage::Read,
             source: io::Error::other("a\nb"),
         };
-        assert_eq!(e.to_string(), "I/O error while reading: a\\nb");
+        assert_eq!(e.to_string(), "I/O error during a read: a\\nb");
     }
 }
