@@ -50,8 +50,8 @@ pub enum Incoming {
     /// bytes (PROTOCOL.md §1.2); UTF-8 checking of binary frames is the
     /// protocol layer's.
     Message(Vec<u8>),
-    /// A pong with its payload, for [`Keepalive::on_pong`]
-    /// (super::Keepalive::on_pong).
+    /// A pong with its payload, for
+    /// [`Keepalive::on_pong`](super::Keepalive::on_pong).
     Pong(Vec<u8>),
     /// No complete message this turn (an answered ping also ends a turn
     /// this way). Call again.

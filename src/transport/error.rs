@@ -118,8 +118,8 @@ impl fmt::Display for CaFileProblem {
 
 /// A failure of the transport layer.
 ///
-/// Each variant's documentation says when it happens; [`disposition`]
-/// (Self::disposition) says what the caller does next.
+/// Each variant's documentation says when it happens;
+/// [`disposition`](Self::disposition) says what the caller does next.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TransportError {
