@@ -2,6 +2,9 @@
 //!
 //! The module tree follows a request through the daemon:
 //!
+//! * [`transport`] — the outbound WebSocket: URL, proxy, TLS with trust
+//!   anchors and pins, upgrade outcome, a socket shared by a reader and a
+//!   writer thread, keepalive. Blocking I/O, no async runtime.
 //! * [`protocol`] — sans-IO wire codec: bytes in, typed messages out (and back),
 //!   version negotiation, close-code classification, backpressure arithmetic.
 //!   It never touches a socket, a file or a clock of its own.
@@ -40,3 +43,4 @@ pub mod secrets;
 pub mod sys;
 pub mod text;
 pub mod timefmt;
+pub mod transport;

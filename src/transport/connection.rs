@@ -1,0 +1,407 @@
+//! An open WebSocket connection, shared by one reader thread and writer
+//! threads without an async runtime.
+//!
+//! One `WebSocket` sits behind a turn lock: a mutex whose turns are handed
+//! out first come, first served. A reader turn is one bounded attempt to
+//! read a message — the socket waits at most [`POLL_INTERVAL`](super::POLL_INTERVAL) per read and
+//! the turn ends by [`READ_TURN`] even if bytes keep trickling in — so a
+//! writer (an application `PONG`, a keepalive ping) waits for at most one
+//! reader turn. Partial frames and TLS records stay buffered in the
+//! WebSocket and TLS layers between turns. A write that cannot finish at
+//! once gives its turn back and continues on the next one, so a platform
+//! that is itself blocked writing can still be read from.
+//!
+//! This module never interprets message contents (bytes go up to the
+//! protocol layer unchanged, text and binary alike), never sends a message
+//! larger than 16 MiB, and never writes anything of its own except the
+//! WebSocket control replies (pong to a ping, the close reply, and close
+//! 1009 / 1002 when the peer breaks the limits or the protocol).
+
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tungstenite::protocol::CloseFrame;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::{Bytes, Message, WebSocket};
+
+use super::MAX_MESSAGE_BYTES;
+use super::error::{Stage, TransportError};
+use super::stream::Stream;
+
+/// The longest a reader turn keeps reading while bytes keep arriving
+/// without completing a message. A writer waits at most about this plus one
+/// [`POLL_INTERVAL`](super::POLL_INTERVAL).
+pub const READ_TURN: Duration = Duration::from_millis(50);
+
+/// A write that moves no byte to the socket for this long fails with
+/// [`TransportError::WriteStalled`].
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest close reason: a control frame carries at most 125 bytes, two of
+/// them the code.
+const MAX_CLOSE_REASON_BYTES: usize = 123;
+
+/// What one reader turn produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    /// A complete message. Text and binary frames are handed up alike, as
+    /// bytes (PROTOCOL.md §1.2); UTF-8 checking of binary frames is the
+    /// protocol layer's.
+    Message(Vec<u8>),
+    /// A pong with its payload, for
+    /// [`Keepalive::on_pong`](super::Keepalive::on_pong).
+    Pong(Vec<u8>),
+    /// No complete message this turn (an answered ping also ends a turn
+    /// this way). Call again.
+    Idle,
+    /// The platform closed the connection with this code and reason (none:
+    /// a close frame without a code). The close reply has been queued;
+    /// further reads return [`TransportError::Closed`].
+    Closed(Option<CloseInfo>),
+}
+
+/// The code and reason of a close frame received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseInfo {
+    /// The close code (PROTOCOL.md §3.3).
+    pub code: u16,
+    /// The reason text.
+    pub reason: String,
+}
+
+/// Ticket counters of the turn lock.
+#[derive(Debug, Default)]
+struct Turns {
+    next_ticket: u64,
+    serving: u64,
+}
+
+/// The state shared by the reader and the writers.
+struct Shared {
+    turns: Mutex<Turns>,
+    turn_changed: Condvar,
+    socket: Mutex<WebSocket<Stream>>,
+}
+
+/// Holding the socket for one turn; the next ticket is served on drop.
+struct Turn<'a> {
+    shared: &'a Shared,
+    socket: MutexGuard<'a, WebSocket<Stream>>,
+}
+
+impl Shared {
+    /// Waits for this thread's turn (first come, first served).
+    fn turn(&self) -> Result<Turn<'_>, TransportError> {
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let ticket = turns.next_ticket;
+        turns.next_ticket += 1;
+        while turns.serving != ticket {
+            turns = self
+                .turn_changed
+                .wait(turns)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(turns);
+        match self.socket.lock() {
+            Ok(socket) => Ok(Turn {
+                shared: self,
+                socket,
+            }),
+            Err(_) => {
+                // A thread panicked mid-operation: the socket's state is
+                // unknown, so it is not used again.
+                self.end_turn();
+                Err(TransportError::Closed)
+            }
+        }
+    }
+
+    fn end_turn(&self) {
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        turns.serving += 1;
+        drop(turns);
+        self.turn_changed.notify_all();
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.shared.end_turn();
+    }
+}
+
+/// An open connection, before it is split.
+pub struct Connection {
+    socket: WebSocket<Stream>,
+    via_proxy: bool,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("tls", &self.is_tls())
+            .field("via_proxy", &self.via_proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(socket: WebSocket<Stream>, via_proxy: bool) -> Connection {
+        Connection { socket, via_proxy }
+    }
+
+    /// Whether the connection runs over TLS (`wss://`).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.socket.get_ref(), Stream::Tls(_))
+    }
+
+    /// Whether it was opened through an HTTP `CONNECT` proxy.
+    pub fn via_proxy(&self) -> bool {
+        self.via_proxy
+    }
+
+    /// The negotiated TLS version (`None` for loopback `ws://`).
+    pub fn tls_version(&self) -> Option<rustls::ProtocolVersion> {
+        match self.socket.get_ref() {
+            Stream::Tls(tls) => tls.conn.protocol_version(),
+            Stream::Plain(_) => None,
+        }
+    }
+
+    /// Splits into the reading half (one reader thread) and the writing
+    /// half (cloneable, for the writer thread and the keepalive).
+    pub fn split(self) -> (Reader, Writer) {
+        let shared = Arc::new(Shared {
+            turns: Mutex::new(Turns::default()),
+            turn_changed: Condvar::new(),
+            socket: Mutex::new(self.socket),
+        });
+        (
+            Reader {
+                shared: shared.clone(),
+            },
+            Writer { shared },
+        )
+    }
+}
+
+/// The reading half.
+pub struct Reader {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
+    }
+}
+
+impl Reader {
+    /// One reader turn: waits for a message for at most about
+    /// [`READ_TURN`] + [`POLL_INTERVAL`](super::POLL_INTERVAL), then gives the socket back.
+    /// [`Incoming::Idle`] means "nothing complete yet"; call again.
+    pub fn read(&mut self) -> Result<Incoming, TransportError> {
+        let mut turn = self.shared.turn()?;
+        let socket = &mut *turn.socket;
+        socket
+            .get_mut()
+            .paced_mut()
+            .set_read_deadline(Some(Instant::now() + READ_TURN));
+        let result = socket.read();
+        socket.get_mut().paced_mut().set_read_deadline(None);
+        match result {
+            Ok(Message::Text(text)) => Ok(Incoming::Message(Vec::from(Bytes::from(text)))),
+            Ok(Message::Binary(bytes)) => Ok(Incoming::Message(Vec::from(bytes))),
+            Ok(Message::Pong(payload)) => Ok(Incoming::Pong(Vec::from(payload))),
+            Ok(Message::Ping(_)) => {
+                // The pong is queued; send it now rather than on the next
+                // turn. A full socket leaves it queued for the next write.
+                flush_best_effort(socket)?;
+                Ok(Incoming::Idle)
+            }
+            Ok(Message::Close(frame)) => {
+                flush_best_effort(socket)?;
+                Ok(Incoming::Closed(frame.map(|frame| CloseInfo {
+                    code: u16::from(frame.code),
+                    reason: frame.reason.as_str().to_owned(),
+                })))
+            }
+            Ok(Message::Frame(_)) => Ok(Incoming::Idle),
+            Err(error) => read_error(socket, error),
+        }
+    }
+}
+
+/// Flushes queued control replies; `WouldBlock` leaves them queued.
+fn flush_best_effort(socket: &mut WebSocket<Stream>) -> Result<(), TransportError> {
+    match socket.flush() {
+        Ok(()) => Ok(()),
+        Err(e) if is_would_block(&e) => Ok(()),
+        Err(e) => Err(write_error(e)),
+    }
+}
+
+/// Fails the connection with a close frame, as far as the socket takes it
+/// now; the caller drops the connection after the error anyway.
+fn fail_with(socket: &mut WebSocket<Stream>, code: CloseCode, reason: &'static str) {
+    let _ = socket.close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+}
+
+fn read_error(
+    socket: &mut WebSocket<Stream>,
+    error: tungstenite::Error,
+) -> Result<Incoming, TransportError> {
+    use tungstenite::Error as E;
+    use tungstenite::error::{CapacityError, ProtocolError};
+    match error {
+        E::Io(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Incoming::Idle),
+        // After the closing handshake the end of the stream is the expected
+        // outcome, with or without a TLS close_notify.
+        E::Io(e) if !socket.can_read() && is_end_of_stream(&e) => Err(TransportError::Closed),
+        E::Io(source) => Err(TransportError::Io {
+            stage: Stage::Read,
+            source,
+        }),
+        E::Capacity(CapacityError::MessageTooLong { size, .. }) => {
+            fail_with(socket, CloseCode::Size, "message too big");
+            Err(TransportError::MessageTooLarge { size })
+        }
+        E::ConnectionClosed | E::AlreadyClosed => Err(TransportError::Closed),
+        E::Protocol(ProtocolError::ResetWithoutClosingHandshake) => Err(TransportError::Io {
+            stage: Stage::Read,
+            source: io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection ended without a close frame",
+            ),
+        }),
+        E::Utf8(_) => {
+            fail_with(socket, CloseCode::Invalid, "invalid UTF-8");
+            Err(TransportError::Protocol(
+                "a text message is not valid UTF-8".into(),
+            ))
+        }
+        E::Protocol(problem) => {
+            fail_with(socket, CloseCode::Protocol, "protocol error");
+            Err(TransportError::Protocol(problem.to_string()))
+        }
+        other => Err(TransportError::Protocol(other.to_string())),
+    }
+}
+
+fn is_end_of_stream(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
+fn is_would_block(error: &tungstenite::Error) -> bool {
+    matches!(error, tungstenite::Error::Io(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+fn write_error(error: tungstenite::Error) -> TransportError {
+    use tungstenite::Error as E;
+    use tungstenite::error::{CapacityError, ProtocolError};
+    match error {
+        E::Io(source) => TransportError::Io {
+            stage: Stage::Write,
+            source,
+        },
+        E::ConnectionClosed | E::AlreadyClosed | E::Protocol(ProtocolError::SendAfterClosing) => {
+            TransportError::Closed
+        }
+        E::Capacity(CapacityError::MessageTooLong { size, .. }) => {
+            TransportError::OutboundTooLarge { size }
+        }
+        E::WriteBufferFull(_) => TransportError::WriteStalled,
+        other => TransportError::Protocol(other.to_string()),
+    }
+}
+
+/// The writing half. Clones share the connection; writes are ordered by
+/// the turn lock.
+#[derive(Clone)]
+pub struct Writer {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Sends one text message (one JSON envelope) and waits until it is
+    /// handed to the socket. Over 16 MiB it is refused unsent.
+    pub fn send_text(&self, text: String) -> Result<(), TransportError> {
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(TransportError::OutboundTooLarge { size: text.len() });
+        }
+        self.write_with(|socket| socket.write(Message::Text(text.into())))
+    }
+
+    /// Sends a WebSocket ping with `payload` (at most 125 bytes).
+    pub fn ping(&self, payload: &[u8]) -> Result<(), TransportError> {
+        let payload = Bytes::copy_from_slice(payload);
+        self.write_with(|socket| socket.write(Message::Ping(payload)))
+    }
+
+    /// Starts the closing handshake with `code` and `reason` (cut to 123
+    /// bytes). Reads then return the platform's close reply.
+    pub fn close(&self, code: u16, reason: &str) -> Result<(), TransportError> {
+        let mut end = reason.len().min(MAX_CLOSE_REASON_BYTES);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        let frame = CloseFrame {
+            code: CloseCode::from(code),
+            reason: reason[..end].into(),
+        };
+        self.write_with(|socket| socket.close(Some(frame)))
+    }
+
+    /// Queues with `op`, then flushes turn by turn until the bytes are out,
+    /// a write fails, or no byte moves for [`WRITE_STALL_TIMEOUT`].
+    fn write_with(
+        &self,
+        op: impl FnOnce(&mut WebSocket<Stream>) -> tungstenite::Result<()>,
+    ) -> Result<(), TransportError> {
+        let mut written;
+        {
+            let mut turn = self.shared.turn()?;
+            let socket = &mut *turn.socket;
+            match op(socket).and_then(|()| socket.flush()) {
+                Ok(()) => return Ok(()),
+                Err(e) if is_would_block(&e) => {}
+                Err(e) => return Err(write_error(e)),
+            }
+            written = socket.get_ref().paced().bytes_written();
+        }
+        let mut last_progress = Instant::now();
+        loop {
+            let mut turn = self.shared.turn()?;
+            let socket = &mut *turn.socket;
+            match socket.flush() {
+                Ok(()) => return Ok(()),
+                Err(e) if is_would_block(&e) => {}
+                Err(e) => return Err(write_error(e)),
+            }
+            let now_written = socket.get_ref().paced().bytes_written();
+            if now_written != written {
+                written = now_written;
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() >= WRITE_STALL_TIMEOUT {
+                return Err(TransportError::WriteStalled);
+            }
+        }
+    }
+}

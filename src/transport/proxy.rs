@@ -1,0 +1,866 @@
+//! HTTP `CONNECT` proxies (PROTOCOL.md §1.2a): the `HTTPS_PROXY` /
+//! `NO_PROXY` decision and the tunnel exchange.
+//!
+//! This module owns which connections go through a proxy and the bytes of
+//! the `CONNECT` request and its response. The environment is handed in as
+//! data, never read here. It must never send anything but the `CONNECT`
+//! request to the proxy (the TLS handshake and everything after it run end
+//! to end through the tunnel), never route a loopback host through a proxy
+//! taken from the environment, never accept a proxy URL other than
+//! `http://`, and never show the proxy credentials: they are held in
+//! zeroizing buffers and left out of every `Debug` and error message.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use zeroize::Zeroizing;
+
+use super::error::{Stage, TransportError};
+use super::url::{Host, UrlError, split_authority};
+use crate::text::one_line;
+
+/// Largest `CONNECT` response head accepted (status line and headers).
+pub const MAX_PROXY_RESPONSE_BYTES: usize = 16 * 1024;
+/// Most header lines accepted in a `CONNECT` response.
+const MAX_PROXY_RESPONSE_HEADERS: usize = 100;
+/// The port of an `http://` proxy URL that names none.
+const DEFAULT_PROXY_PORT: u16 = 80;
+
+/// Why an `HTTPS_PROXY` value cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProxySettingProblem {
+    /// The value is not valid UTF-8.
+    NotUtf8,
+    /// A scheme other than `http://` (TLS to the proxy and SOCKS are not
+    /// supported).
+    Scheme,
+    /// The host or port is malformed.
+    Authority(UrlError),
+    /// A path other than `/`, a query or a fragment.
+    Path,
+    /// A malformed `%XX` escape in the user name or password.
+    Escape,
+    /// Whitespace, control or non-ASCII characters.
+    BadCharacter,
+}
+
+impl fmt::Display for ProxySettingProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxySettingProblem::NotUtf8 => f.write_str("the value is not valid UTF-8"),
+            ProxySettingProblem::Scheme => {
+                f.write_str("only http:// proxies (HTTP CONNECT) are supported")
+            }
+            ProxySettingProblem::Authority(problem) => {
+                write!(f, "the proxy's host or port is malformed ({problem})")
+            }
+            ProxySettingProblem::Path => {
+                f.write_str("a proxy URL must not have a path, query or fragment")
+            }
+            ProxySettingProblem::Escape => {
+                f.write_str("the proxy credentials contain a malformed %-escape")
+            }
+            ProxySettingProblem::BadCharacter => f.write_str(
+                "the value contains whitespace, control characters or non-ASCII characters",
+            ),
+        }
+    }
+}
+
+/// Why the proxy's answer to `CONNECT` is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProxyResponseProblem {
+    /// The connection ended before the end of the response head.
+    Truncated,
+    /// The head is longer than [`MAX_PROXY_RESPONSE_BYTES`] or has more
+    /// than 100 header lines.
+    TooLarge,
+    /// The status line or a header line is malformed.
+    Malformed,
+    /// Bytes followed the head before anything was sent through the tunnel.
+    DataAfterResponse,
+}
+
+impl fmt::Display for ProxyResponseProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProxyResponseProblem::Truncated => "the proxy closed the connection mid-response",
+            ProxyResponseProblem::TooLarge => "the response head is too large",
+            ProxyResponseProblem::Malformed => "the response is not well-formed HTTP/1.x",
+            ProxyResponseProblem::DataAfterResponse => "unexpected data after the response",
+        })
+    }
+}
+
+/// One HTTP proxy: where it is and, if the URL had them, the credentials
+/// as a ready `Proxy-Authorization` value.
+#[derive(Clone)]
+pub struct ProxyServer {
+    host: Host,
+    port: u16,
+    authorization: Option<Zeroizing<String>>,
+}
+
+impl ProxyServer {
+    /// Parses `http://[user[:password]@]host[:port][/]`; a value without a
+    /// scheme is read as `http://`. User name and password are
+    /// percent-decoded.
+    pub fn parse(value: &str) -> Result<ProxyServer, ProxySettingProblem> {
+        if !value.bytes().all(|b| b.is_ascii_graphic()) || value.contains('\\') {
+            return Err(ProxySettingProblem::BadCharacter);
+        }
+        let rest = match value.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+            Some(_) => return Err(ProxySettingProblem::Scheme),
+            None => value,
+        };
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, after) = rest.split_at(authority_end);
+        if !(after.is_empty() || after == "/") {
+            return Err(ProxySettingProblem::Path);
+        }
+        let (userinfo, host_port) = match authority.rsplit_once('@') {
+            Some((userinfo, host_port)) => (Some(userinfo), host_port),
+            None => (None, authority),
+        };
+        let (host, port) = split_authority(host_port).map_err(ProxySettingProblem::Authority)?;
+        let authorization = match userinfo {
+            None => None,
+            Some(userinfo) => Some(basic_authorization(userinfo)?),
+        };
+        Ok(ProxyServer {
+            host,
+            port: port.unwrap_or(DEFAULT_PROXY_PORT),
+            authorization,
+        })
+    }
+
+    /// The proxy's host.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether the URL carried credentials.
+    pub fn has_credentials(&self) -> bool {
+        self.authorization.is_some()
+    }
+}
+
+impl fmt::Debug for ProxyServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyServer")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field(
+                "credentials",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// `Basic base64(user ":" password)` from the percent-encoded userinfo.
+fn basic_authorization(userinfo: &str) -> Result<Zeroizing<String>, ProxySettingProblem> {
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let mut pair = Zeroizing::new(Vec::with_capacity(userinfo.len()));
+    percent_decode_into(user, &mut pair)?;
+    pair.push(b':');
+    percent_decode_into(password, &mut pair)?;
+    let mut value = Zeroizing::new(String::with_capacity(6 + pair.len().div_ceil(3) * 4));
+    value.push_str("Basic ");
+    BASE64.encode_string(pair.as_slice(), &mut value);
+    Ok(value)
+}
+
+fn percent_decode_into(text: &str, out: &mut Vec<u8>) -> Result<(), ProxySettingProblem> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or(ProxySettingProblem::Escape)?;
+            let digits = std::str::from_utf8(hex).map_err(|_| ProxySettingProblem::Escape)?;
+            if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(ProxySettingProblem::Escape);
+            }
+            let byte = u8::from_str_radix(digits, 16).map_err(|_| ProxySettingProblem::Escape)?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+/// One `NO_PROXY` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Bypass {
+    /// `*`: every host.
+    All,
+    /// A host name and all names below it (`example.com` and `.example.com`
+    /// both match `example.com` and `a.example.com`).
+    Suffix(String),
+    /// An IP address, matched exactly (no CIDR ranges).
+    Address(IpAddr),
+}
+
+impl Bypass {
+    /// Reads one trimmed, non-empty entry; an optional `:port` is ignored.
+    fn parse(entry: &str) -> Bypass {
+        if entry == "*" {
+            return Bypass::All;
+        }
+        let host = if let Some(bracketed) = entry.strip_prefix('[') {
+            bracketed.split_once(']').map_or(bracketed, |(h, _)| h)
+        } else if entry.matches(':').count() == 1 {
+            entry.split_once(':').map_or(entry, |(h, _)| h)
+        } else {
+            entry
+        };
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Bypass::Address(ip);
+        }
+        let name = host.trim_start_matches('*').trim_start_matches('.');
+        Bypass::Suffix(name.trim_end_matches('.').to_ascii_lowercase())
+    }
+
+    fn matches(&self, host: &Host) -> bool {
+        match (self, host) {
+            (Bypass::All, _) => true,
+            (Bypass::Suffix(suffix), Host::Name(name)) => {
+                !suffix.is_empty()
+                    && (name == suffix
+                        || name
+                            .strip_suffix(suffix.as_str())
+                            .is_some_and(|head| head.ends_with('.')))
+            }
+            (Bypass::Address(ip), Host::V4(v4)) => *ip == IpAddr::V4(*v4),
+            (Bypass::Address(ip), Host::V6(v6)) => *ip == IpAddr::V6(*v6),
+            _ => false,
+        }
+    }
+}
+
+/// When a proxy is used.
+#[derive(Clone, Debug)]
+enum Policy {
+    /// No proxy.
+    Direct,
+    /// The environment's rule: the proxy, except for loopback hosts and
+    /// `NO_PROXY` matches.
+    Environment {
+        server: ProxyServer,
+        bypass: Vec<Bypass>,
+    },
+    /// This proxy for every `wss://` connection, loopback included (an
+    /// explicit choice of the embedding program; tests use it to reach a
+    /// proxy on loopback).
+    Always(ProxyServer),
+}
+
+/// The proxy setting of a connector.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    policy: Policy,
+}
+
+impl ProxyConfig {
+    /// No proxy for any connection.
+    pub fn direct() -> ProxyConfig {
+        ProxyConfig {
+            policy: Policy::Direct,
+        }
+    }
+
+    /// The proxy from `https_proxy` (or, if that is unset or empty,
+    /// `HTTPS_PROXY`) with the exceptions from `no_proxy` (or `NO_PROXY`).
+    /// Lower case wins when both spellings are set, as in curl and Python.
+    /// `env` is the process environment captured once by the caller.
+    pub fn from_env(env: &[(OsString, OsString)]) -> Result<ProxyConfig, TransportError> {
+        let Some((variable, value)) = lookup(env, "https_proxy", "HTTPS_PROXY") else {
+            return Ok(ProxyConfig::direct());
+        };
+        let setting_error = |problem| TransportError::ProxySetting { variable, problem };
+        let value = value
+            .to_str()
+            .ok_or_else(|| setting_error(ProxySettingProblem::NotUtf8))?;
+        let server = ProxyServer::parse(value).map_err(setting_error)?;
+        let bypass = match lookup(env, "no_proxy", "NO_PROXY") {
+            None => Vec::new(),
+            Some((variable, value)) => value
+                .to_str()
+                .ok_or(TransportError::ProxySetting {
+                    variable,
+                    problem: ProxySettingProblem::NotUtf8,
+                })?
+                .split(',')
+                .map(str::trim)
+                .filter(|entry| !entry.is_empty())
+                .map(Bypass::parse)
+                .collect(),
+        };
+        Ok(ProxyConfig {
+            policy: Policy::Environment { server, bypass },
+        })
+    }
+
+    /// `proxy_url` for every `wss://` connection, loopback hosts included,
+    /// with no exceptions.
+    pub fn always(proxy_url: &str) -> Result<ProxyConfig, TransportError> {
+        let server =
+            ProxyServer::parse(proxy_url).map_err(|problem| TransportError::ProxySetting {
+                variable: "proxy URL",
+                problem,
+            })?;
+        Ok(ProxyConfig {
+            policy: Policy::Always(server),
+        })
+    }
+
+    /// The proxy a `wss://` connection to `host` goes through, if any.
+    pub fn route(&self, host: &Host) -> Option<&ProxyServer> {
+        match &self.policy {
+            Policy::Direct => None,
+            Policy::Always(server) => Some(server),
+            Policy::Environment { server, bypass } => {
+                if host.is_loopback() || bypass.iter().any(|b| b.matches(host)) {
+                    None
+                } else {
+                    Some(server)
+                }
+            }
+        }
+    }
+}
+
+/// The first of `names` set to a non-empty value (matched as the OS matches
+/// variable names), with the name it was found under.
+fn lookup<'a>(
+    env: &'a [(OsString, OsString)],
+    lower: &'static str,
+    upper: &'static str,
+) -> Option<(&'static str, &'a OsStr)> {
+    [lower, upper].into_iter().find_map(|name| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| names_equal(k, name))
+            .map(|(_, v)| (name, v.as_os_str()))
+            .filter(|(_, v)| !v.is_empty())
+    })
+}
+
+#[cfg(windows)]
+fn names_equal(a: &OsStr, b: &str) -> bool {
+    a.to_str().is_some_and(|a| a.eq_ignore_ascii_case(b))
+}
+
+#[cfg(not(windows))]
+fn names_equal(a: &OsStr, b: &str) -> bool {
+    a == b
+}
+
+/// Asks the proxy on `stream` for a tunnel to `target:port` and reads its
+/// answer. On success the stream is positioned at the first byte of the
+/// tunnel.
+pub(crate) fn open_tunnel<S: Read + Write>(
+    stream: &mut S,
+    proxy: &ProxyServer,
+    target: &Host,
+    port: u16,
+) -> Result<(), TransportError> {
+    let authority = target.with_port(port);
+    let mut request = Zeroizing::new(Vec::with_capacity(256));
+    request.extend_from_slice(
+        format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n").as_bytes(),
+    );
+    if let Some(authorization) = &proxy.authorization {
+        request.extend_from_slice(b"Proxy-Authorization: ");
+        request.extend_from_slice(authorization.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"\r\n");
+    stream
+        .write_all(&request)
+        .and_then(|()| stream.flush())
+        .map_err(proxy_io)?;
+
+    let head = read_head(stream)?;
+    match parse_connect_response(&head).map_err(TransportError::ProxyResponse)? {
+        200 => Ok(()),
+        status => Err(TransportError::ProxyRefused { status }),
+    }
+}
+
+fn proxy_io(source: io::Error) -> TransportError {
+    match source.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            TransportError::Timeout(Stage::Proxy)
+        }
+        _ => TransportError::Io {
+            stage: Stage::Proxy,
+            source,
+        },
+    }
+}
+
+/// Reads up to and including the blank line that ends the response head.
+/// Nothing may follow it: the server speaks only after our ClientHello.
+fn read_head<S: Read>(stream: &mut S) -> Result<Vec<u8>, TransportError> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = match stream.read(&mut chunk) {
+            Ok(0) => {
+                return Err(TransportError::ProxyResponse(
+                    ProxyResponseProblem::Truncated,
+                ));
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(proxy_io(e)),
+        };
+        let search_from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if let Some(at) = find_blank_line(&head[search_from..]) {
+            let end = search_from + at + 4;
+            if end != head.len() {
+                return Err(TransportError::ProxyResponse(
+                    ProxyResponseProblem::DataAfterResponse,
+                ));
+            }
+            return Ok(head);
+        }
+        if head.len() > MAX_PROXY_RESPONSE_BYTES {
+            return Err(TransportError::ProxyResponse(
+                ProxyResponseProblem::TooLarge,
+            ));
+        }
+    }
+}
+
+fn find_blank_line(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// The status code of a `CONNECT` response head (ending in an empty line):
+/// `HTTP/1.0` or `HTTP/1.1`, a three-digit status, an optional reason,
+/// then well-formed `name: value` lines, all ending in CRLF.
+pub fn parse_connect_response(head: &[u8]) -> Result<u16, ProxyResponseProblem> {
+    if head.len() > MAX_PROXY_RESPONSE_BYTES {
+        return Err(ProxyResponseProblem::TooLarge);
+    }
+    let body = head
+        .strip_suffix(b"\r\n\r\n")
+        .ok_or(ProxyResponseProblem::Malformed)?;
+    let mut lines = crlf_lines(body)?.into_iter();
+    let status_line = lines.next().ok_or(ProxyResponseProblem::Malformed)?;
+    let status = parse_status_line(status_line)?;
+    let mut count = 0;
+    for line in lines {
+        count += 1;
+        if count > MAX_PROXY_RESPONSE_HEADERS {
+            return Err(ProxyResponseProblem::TooLarge);
+        }
+        check_header_line(line)?;
+    }
+    Ok(status)
+}
+
+/// `body` split at CRLF; a bare CR or LF anywhere is malformed.
+fn crlf_lines(body: &[u8]) -> Result<Vec<&[u8]>, ProxyResponseProblem> {
+    let mut lines = Vec::new();
+    let mut rest = body;
+    loop {
+        match rest.iter().position(|&b| b == b'\r' || b == b'\n') {
+            None => {
+                lines.push(rest);
+                return Ok(lines);
+            }
+            Some(at) if rest.get(at..at + 2) == Some(b"\r\n") => {
+                lines.push(&rest[..at]);
+                rest = &rest[at + 2..];
+            }
+            Some(_) => return Err(ProxyResponseProblem::Malformed),
+        }
+    }
+}
+
+fn parse_status_line(line: &[u8]) -> Result<u16, ProxyResponseProblem> {
+    let rest = line
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| line.strip_prefix(b"HTTP/1.0 "))
+        .ok_or(ProxyResponseProblem::Malformed)?;
+    let (code, reason) = rest.split_at(rest.len().min(3));
+    if code.len() != 3 || !code.iter().all(u8::is_ascii_digit) || code[0] == b'0' {
+        return Err(ProxyResponseProblem::Malformed);
+    }
+    if !(reason.is_empty() || reason.starts_with(b" ")) || !reason.iter().all(|&b| is_text(b)) {
+        return Err(ProxyResponseProblem::Malformed);
+    }
+    code.iter()
+        .try_fold(0u16, |acc, d| {
+            acc.checked_mul(10)?.checked_add(u16::from(d - b'0'))
+        })
+        .ok_or(ProxyResponseProblem::Malformed)
+}
+
+fn check_header_line(line: &[u8]) -> Result<(), ProxyResponseProblem> {
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(ProxyResponseProblem::Malformed)?;
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    if name.is_empty() || !name.iter().all(|&b| is_token_char(b)) {
+        return Err(ProxyResponseProblem::Malformed);
+    }
+    if !value.iter().all(|&b| is_text(b)) {
+        return Err(ProxyResponseProblem::Malformed);
+    }
+    Ok(())
+}
+
+/// `tchar` of RFC 9110 §5.6.2.
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Visible characters, space, tab and obs-text; no other controls.
+fn is_text(b: u8) -> bool {
+    b == b'\t' || b == b' ' || b.is_ascii_graphic() || b >= 0x80
+}
+
+impl fmt::Display for ProxyServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}", one_line(&self.host.with_port(self.port)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::Cursor;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    fn name(host: &str) -> Host {
+        Host::Name(host.into())
+    }
+
+    #[test]
+    fn no_proxy_variable_means_direct_connections() {
+        let config = ProxyConfig::from_env(&env(&[("NO_PROXY", "*")])).unwrap();
+        assert!(config.route(&name("platform.example")).is_none());
+        let empty = ProxyConfig::from_env(&env(&[("HTTPS_PROXY", "")])).unwrap();
+        assert!(empty.route(&name("platform.example")).is_none());
+    }
+
+    #[test]
+    fn the_proxy_is_used_for_remote_hosts_and_never_for_loopback() {
+        let config =
+            ProxyConfig::from_env(&env(&[("HTTPS_PROXY", "http://proxy.corp:3128")])).unwrap();
+        let server = config.route(&name("platform.example")).unwrap();
+        assert_eq!(server.host(), &name("proxy.corp"));
+        assert_eq!(server.port(), 3128);
+        assert!(!server.has_credentials());
+        for loopback in [
+            name("localhost"),
+            Host::V4(Ipv4Addr::new(127, 0, 0, 1)),
+            Host::V4(Ipv4Addr::new(127, 1, 2, 3)),
+            Host::V6(Ipv6Addr::LOCALHOST),
+        ] {
+            assert!(config.route(&loopback).is_none(), "{loopback}");
+        }
+        assert!(
+            config
+                .route(&Host::V4(Ipv4Addr::new(10, 1, 2, 3)))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn lower_case_variables_win_over_upper_case() {
+        let config = ProxyConfig::from_env(&env(&[
+            ("HTTPS_PROXY", "http://upper:1"),
+            ("https_proxy", "http://lower:2"),
+            ("NO_PROXY", "example"),
+            ("no_proxy", "other"),
+        ]))
+        .unwrap();
+        let server = config.route(&name("example")).unwrap();
+        assert_eq!(server.host(), &name("lower"));
+        assert!(config.route(&name("other")).is_none());
+    }
+
+    #[test]
+    fn no_proxy_entries_match_host_suffixes_on_label_boundaries() {
+        let config = ProxyConfig::from_env(&env(&[
+            ("HTTPS_PROXY", "proxy:8080"),
+            (
+                "NO_PROXY",
+                " example.com , .internal,*.corp.test, 10.0.0.1, [fd00::1]:443, host:8443,",
+            ),
+        ]))
+        .unwrap();
+        for bypassed in [
+            "example.com",
+            "a.example.com",
+            "b.a.example.com",
+            "svc.internal",
+            "internal",
+            "x.corp.test",
+            "host",
+        ] {
+            assert!(config.route(&name(bypassed)).is_none(), "{bypassed}");
+        }
+        for proxied in [
+            "notexample.com",
+            "example.com.evil",
+            "internal.evil",
+            "corp",
+        ] {
+            assert!(config.route(&name(proxied)).is_some(), "{proxied}");
+        }
+        assert!(
+            config
+                .route(&Host::V4(Ipv4Addr::new(10, 0, 0, 1)))
+                .is_none()
+        );
+        assert!(
+            config
+                .route(&Host::V4(Ipv4Addr::new(10, 0, 0, 2)))
+                .is_some()
+        );
+        assert!(
+            config
+                .route(&Host::V6("fd00::1".parse().unwrap()))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_star_bypasses_every_host() {
+        let config =
+            ProxyConfig::from_env(&env(&[("https_proxy", "http://p:1"), ("no_proxy", "*")]))
+                .unwrap();
+        assert!(config.route(&name("platform.example")).is_none());
+    }
+
+    #[test]
+    fn an_explicit_proxy_is_used_even_for_loopback() {
+        let config = ProxyConfig::always("http://127.0.0.1:9").unwrap();
+        assert!(config.route(&name("localhost")).is_some());
+        assert!(ProxyConfig::direct().route(&name("example")).is_none());
+    }
+
+    #[test]
+    fn proxy_urls_other_than_http_are_configuration_errors() {
+        for (value, problem) in [
+            ("https://p:1", ProxySettingProblem::Scheme),
+            ("socks5://p:1", ProxySettingProblem::Scheme),
+            ("http://p:1/path", ProxySettingProblem::Path),
+            ("http://p:1?x", ProxySettingProblem::Path),
+            (
+                "http://p:notaport",
+                ProxySettingProblem::Authority(UrlError::BadPort),
+            ),
+            (
+                "http://:1",
+                ProxySettingProblem::Authority(UrlError::BadHost),
+            ),
+            ("http://u%zz:p@p:1", ProxySettingProblem::Escape),
+            ("http://p 1", ProxySettingProblem::BadCharacter),
+        ] {
+            let error = ProxyConfig::from_env(&env(&[("HTTPS_PROXY", value)])).unwrap_err();
+            match error {
+                TransportError::ProxySetting {
+                    variable,
+                    problem: got,
+                } => {
+                    assert_eq!(variable, "HTTPS_PROXY");
+                    assert_eq!(got, problem, "{value}");
+                }
+                other => panic!("{value}: {other:?}"),
+            }
+            assert!(
+                ProxyConfig::from_env(&env(&[("HTTPS_PROXY", value)]))
+                    .unwrap_err()
+                    .is_terminal()
+            );
+        }
+        let server = ProxyServer::parse("http://p/").unwrap();
+        assert_eq!(server.port(), 80);
+    }
+
+    #[test]
+    fn credentials_are_percent_decoded_into_a_basic_header_and_never_shown() {
+        let server = ProxyServer::parse("http://us%40er:p%3Ass@proxy:3128").unwrap();
+        assert!(server.has_credentials());
+        // base64("us@er:p:ss")
+        assert_eq!(
+            server.authorization.as_deref().map(String::as_str),
+            Some("Basic dXNAZXI6cDpzcw==")
+        );
+        let shown = format!("{server:?} {server}");
+        assert!(!shown.contains("dXNA") && !shown.contains("us@er") && !shown.contains("p%3Ass"));
+        let no_password = ProxyServer::parse("http://user@proxy:1").unwrap();
+        assert_eq!(
+            no_password.authorization.as_deref().map(String::as_str),
+            Some("Basic dXNlcjo=")
+        );
+    }
+
+    /// A stream that replays `input` and records what is written.
+    struct Scripted {
+        input: Cursor<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn tunnel(response: &[u8], proxy: &str, target: Host) -> (Result<(), TransportError>, String) {
+        let mut stream = Scripted {
+            input: Cursor::new(response.to_vec()),
+            written: Vec::new(),
+        };
+        let server = ProxyServer::parse(proxy).unwrap();
+        let result = open_tunnel(&mut stream, &server, &target, 443);
+        (result, String::from_utf8(stream.written).unwrap())
+    }
+
+    #[test]
+    fn the_connect_request_names_the_target_and_carries_the_credentials() {
+        let (result, sent) = tunnel(
+            b"HTTP/1.1 200 Connection established\r\n\r\n",
+            "http://u:p@proxy:1",
+            name("platform.example"),
+        );
+        result.unwrap();
+        assert_eq!(
+            sent,
+            "CONNECT platform.example:443 HTTP/1.1\r\nHost: platform.example:443\r\n\
+             Proxy-Authorization: Basic dTpw\r\n\r\n"
+        );
+        let (result, sent) = tunnel(
+            b"HTTP/1.0 200\r\nVia: x\r\n\r\n",
+            "proxy:1",
+            Host::V6(Ipv6Addr::LOCALHOST),
+        );
+        result.unwrap();
+        assert_eq!(
+            sent,
+            "CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_a_transient_error_with_its_status() {
+        let (result, _) = tunnel(
+            b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n\r\n",
+            "proxy:1",
+            name("h"),
+        );
+        let error = result.unwrap_err();
+        assert!(matches!(
+            error,
+            TransportError::ProxyRefused { status: 407 }
+        ));
+        assert!(error.is_transient());
+    }
+
+    #[test]
+    fn malformed_truncated_oversized_and_overlong_responses_are_refused() {
+        for (response, problem) in [
+            (&b"HTTP/1.1 200 OK\r\n"[..], ProxyResponseProblem::Truncated),
+            (b"", ProxyResponseProblem::Truncated),
+            (
+                b"HTTP/1.1 200 OK\r\n\r\n\x16\x03",
+                ProxyResponseProblem::DataAfterResponse,
+            ),
+            (b"HTTP/2 200\r\n\r\n", ProxyResponseProblem::Malformed),
+            (b"HTTP/1.1 20 OK\r\n\r\n", ProxyResponseProblem::Malformed),
+            (b"HTTP/1.1 2000\r\n\r\n", ProxyResponseProblem::Malformed),
+            (
+                b"HTTP/1.1 200 OK\nX: y\r\n\r\n",
+                ProxyResponseProblem::Malformed,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\n folded\r\n\r\n",
+                ProxyResponseProblem::Malformed,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nNo colon\r\n\r\n",
+                ProxyResponseProblem::Malformed,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n\r\n",
+                ProxyResponseProblem::Malformed,
+            ),
+        ] {
+            let (result, _) = tunnel(response, "proxy:1", name("h"));
+            match result {
+                Err(TransportError::ProxyResponse(got)) => {
+                    assert_eq!(got, problem, "{:?}", String::from_utf8_lossy(response));
+                }
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(response)),
+            }
+        }
+        let mut huge = b"HTTP/1.1 200 OK\r\n".to_vec();
+        while huge.len() <= MAX_PROXY_RESPONSE_BYTES {
+            huge.extend_from_slice(b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+        }
+        huge.extend_from_slice(b"\r\n");
+        let (result, _) = tunnel(&huge, "proxy:1", name("h"));
+        assert!(matches!(
+            result,
+            Err(TransportError::ProxyResponse(
+                ProxyResponseProblem::TooLarge
+            ))
+        ));
+    }
+
+    #[test]
+    fn the_status_code_is_read_from_a_well_formed_head() {
+        assert_eq!(parse_connect_response(b"HTTP/1.1 200 OK\r\n\r\n"), Ok(200));
+        assert_eq!(
+            parse_connect_response(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+            ),
+            Ok(503)
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! The byte stream under the WebSocket: a TCP socket whose every read and
+//! write is bounded in time, optionally wrapped in TLS.
+//!
+//! [`Paced`] owns the socket's timing in two modes. While the connection is
+//! being opened every operation is bounded by the one opening deadline and a
+//! timeout surfaces as `TimedOut`. Once it is open, reads and writes wait at
+//! most [`POLL_INTERVAL`] and an expired wait surfaces as `WouldBlock`,
+//! which the WebSocket and TLS layers treat as "try again" without losing
+//! buffered partial frames or records; a read deadline set by the reader
+//! ends its turn early in the same way. This module never decides what to
+//! send: it only moves bytes and counts the ones written.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use rustls::{ClientConnection, StreamOwned};
+
+/// How long one read or write on an open connection waits for the socket
+/// before giving the lock back.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The shortest timeout handed to the socket (a zero timeout means "none"
+/// to the OS).
+const MIN_SOCKET_TIMEOUT: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Opening: everything must finish by `deadline`.
+    Opening { deadline: Instant },
+    /// Open: waits are bounded by the poll interval, reads also by the
+    /// current reader turn's deadline.
+    Open { read_deadline: Option<Instant> },
+}
+
+/// A TCP socket with bounded waits; see the module documentation.
+#[derive(Debug)]
+pub struct Paced {
+    tcp: TcpStream,
+    mode: Mode,
+    written: u64,
+}
+
+impl Paced {
+    /// Wraps a connected socket for the opening phase ending at `deadline`.
+    pub fn opening(tcp: TcpStream, deadline: Instant) -> Paced {
+        Paced {
+            tcp,
+            mode: Mode::Opening { deadline },
+            written: 0,
+        }
+    }
+
+    /// Switches to the open mode: socket timeouts become the poll interval.
+    pub fn set_open(&mut self) -> io::Result<()> {
+        self.tcp.set_read_timeout(Some(POLL_INTERVAL))?;
+        self.tcp.set_write_timeout(Some(POLL_INTERVAL))?;
+        self.mode = Mode::Open {
+            read_deadline: None,
+        };
+        Ok(())
+    }
+
+    /// In open mode: reads after `deadline` fail with `WouldBlock` without
+    /// touching the socket (`None`: only the poll interval applies).
+    pub fn set_read_deadline(&mut self, deadline: Option<Instant>) {
+        if let Mode::Open { read_deadline } = &mut self.mode {
+            *read_deadline = deadline;
+        }
+    }
+
+    /// Bytes written to the socket so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// The time left before the opening deadline, as a socket timeout.
+    fn opening_timeout(deadline: Instant) -> io::Result<Duration> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        Ok(left.max(MIN_SOCKET_TIMEOUT))
+    }
+}
+
+/// While opening, an expired socket timeout (which some systems report as
+/// `WouldBlock`) is a `TimedOut`; once open, it is a `WouldBlock`.
+fn normalise(mode: Mode, error: io::Error) -> io::Error {
+    match (mode, error.kind()) {
+        (Mode::Opening { .. }, io::ErrorKind::WouldBlock) => io::ErrorKind::TimedOut.into(),
+        (Mode::Open { .. }, io::ErrorKind::TimedOut) => io::ErrorKind::WouldBlock.into(),
+        _ => error,
+    }
+}
+
+impl Read for Paced {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.mode {
+                Mode::Opening { deadline } => {
+                    let timeout = Self::opening_timeout(deadline)?;
+                    self.tcp.set_read_timeout(Some(timeout))?;
+                }
+                Mode::Open {
+                    read_deadline: Some(deadline),
+                } if Instant::now() >= deadline => {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Mode::Open { .. } => {}
+            }
+            match self.tcp.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                result => return result.map_err(|e| normalise(self.mode, e)),
+            }
+        }
+    }
+}
+
+impl Write for Paced {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            if let Mode::Opening { deadline } = self.mode {
+                let timeout = Self::opening_timeout(deadline)?;
+                self.tcp.set_write_timeout(Some(timeout))?;
+            }
+            match self.tcp.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(n) => {
+                    self.written += n as u64;
+                    return Ok(n);
+                }
+                Err(e) => return Err(normalise(self.mode, e)),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// The stream a WebSocket runs on: loopback plain text or TLS.
+#[derive(Debug)]
+pub enum Stream {
+    /// `ws://` to a loopback host.
+    Plain(Paced),
+    /// `wss://`, after a completed handshake (chain and pin verified).
+    Tls(Box<StreamOwned<ClientConnection, Paced>>),
+}
+
+impl Stream {
+    /// The socket wrapper.
+    pub fn paced(&self) -> &Paced {
+        match self {
+            Stream::Plain(paced) => paced,
+            Stream::Tls(tls) => &tls.sock,
+        }
+    }
+
+    /// The socket wrapper, mutably.
+    pub fn paced_mut(&mut self) -> &mut Paced {
+        match self {
+            Stream::Plain(paced) => paced,
+            Stream::Tls(tls) => &mut tls.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(paced) => paced.read(buf),
+            Stream::Tls(tls) => tls.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(paced) => paced.write(buf),
+            // rustls accepts nothing while its send buffer is full (it
+            // reports 0 bytes, which the WebSocket layer would take for a
+            // closed connection): that is "try again", like a full socket.
+            Stream::Tls(tls) => match tls.write(buf) {
+                Ok(0) if !buf.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
+                result => result,
+            },
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(paced) => paced.flush(),
+            Stream::Tls(tls) => tls.flush(),
+        }
+    }
+}
