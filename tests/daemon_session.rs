@@ -68,9 +68,13 @@ struct Fx {
     log: AuditLog,
 }
 
-fn start(granted: &[&str], shell_enabled: bool, max_concurrent: u64) -> Fx {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
+/// A connection's setup over a fresh root and audit log in `base`.
+fn setup(
+    base: &std::path::Path,
+    granted: &[&str],
+    shell_enabled: bool,
+    max_concurrent: u64,
+) -> (Setup, AuditLog, PathBuf, PathBuf) {
     let root = base.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let audit_path = base.join("audit.jsonl");
@@ -96,6 +100,13 @@ fn start(granted: &[&str], shell_enabled: bool, max_concurrent: u64) -> Fx {
         umask: rustix::fs::Mode::from_raw_mode(0o022),
         audit_path: audit_path.clone(),
     };
+    (setup, log, root, audit_path)
+}
+
+fn start(granted: &[&str], shell_enabled: bool, max_concurrent: u64) -> Fx {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (setup, log, root, audit_path) = setup(&base, granted, shell_enabled, max_concurrent);
     let (to_shim, rx) = unbounded();
     let (tx, from_shim) = unbounded();
     let served = std::thread::spawn(move || {
@@ -360,4 +371,80 @@ fn disconnect_cancels_running_commands_without_a_result() {
     let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(last["op"], "EXECUTE_COMMAND");
     assert_eq!(last["result"]["error_code"], "INTERNAL_ERROR");
+}
+
+/// The whole stack over TLS: the transport connects to the emulator with
+/// its CA file, the session serves what the emulator asks.
+#[test]
+fn file_operations_round_trip_over_tls_through_the_emulator() {
+    use autogpt_shim::daemon::link::{LinkIn, LinkOut};
+    use autogpt_shim::transport::{Connector, Incoming, ProxyConfig};
+    use autogpt_shim_emulator::{Emulator, EmulatorOptions, HelloAck};
+
+    let emu = Emulator::start(EmulatorOptions::new()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (setup, _log, root, _audit) = setup(&base, &["files"], false, 4);
+    let connector = Connector::new(emu.ca_file(), &[], ProxyConfig::direct()).unwrap();
+    let url = emu.data_url("session-1");
+    let hello = json!({
+        "type": "HELLO", "id": "00000000-0000-4000-8000-000000000001", "ts": 1.5,
+        "version": "1.1", "pending_capacity": null,
+        "payload": {
+            "shim_version": "0.1.0", "protocol_version": "1.1",
+            "machine_id": "4c6f1b0e-9d2a-4c1e-8f43-0a1b2c3d4e5f", "display_name": "test",
+            "platform": "linux", "arch": "x86_64", "screen_resolution": null,
+            "capabilities": ["files"], "allowed_root": root.to_str().unwrap(),
+            "local_llm_models": [], "hardware_devices": [], "computer_use_features": [],
+            "computer_use_features_coarse": [], "recording_channels": [], "recording_routes": []
+        }
+    });
+    let shim = std::thread::spawn(move || {
+        let conn = connector.connect(&url, None).unwrap();
+        let (mut reader, writer) = conn.split();
+        writer.send_text(hello.to_string()).unwrap();
+        let ack = loop {
+            match reader.read().unwrap() {
+                Incoming::Message(bytes) => break bytes,
+                Incoming::Idle | Incoming::Pong(_) => {}
+                Incoming::Closed(info) => panic!("closed during the handshake: {info:?}"),
+            }
+        };
+        let ack: Value = serde_json::from_slice(&ack).unwrap();
+        assert_eq!(ack["type"], "HELLO_ACK");
+        let stop = Arc::new(AtomicBool::new(false));
+        let pool = Pool::new(WORKERS).unwrap();
+        session::serve(
+            setup,
+            &pool,
+            LinkIn::new(reader, writer.clone(), Arc::clone(&stop)),
+            LinkOut(writer),
+            &stop,
+        )
+    });
+    let conn = emu
+        .accept(Duration::from_secs(10))
+        .expect("the shim did not connect");
+    conn.expect_hello(Duration::from_secs(10));
+    conn.send_hello_ack(&HelloAck::new().grant(["files"]))
+        .unwrap();
+    let t = Duration::from_secs(10);
+    let ack = conn
+        .call(
+            "FILE_WRITE",
+            json!({"path": "tls.txt", "content": "over tls"}),
+            t,
+        )
+        .unwrap();
+    assert_eq!(ack["type"], "ACK", "{ack}");
+    let read = conn
+        .call("FILE_READ", json!({"path": "tls.txt"}), t)
+        .unwrap();
+    assert_eq!(read["type"], "FILE_CONTENTS", "{read}");
+    assert_eq!(read["payload"]["content"], "over tls");
+    let ping = conn.ping().unwrap();
+    assert_eq!(conn.wait_response(&ping, t).unwrap()["type"], "PONG");
+    conn.close(1000, "bye").unwrap();
+    assert_eq!(shim.join().unwrap(), End::Closed(Some(1000)));
+    assert_eq!(std::fs::read(root.join("tls.txt")).unwrap(), b"over tls");
 }

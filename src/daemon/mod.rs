@@ -7,5 +7,6 @@
 //! record is made durable before the response is queued.
 
 pub mod handlers;
+pub mod link;
 pub mod pool;
 pub mod session;

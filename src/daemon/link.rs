@@ -1,0 +1,84 @@
+//! The bridge between an open transport connection and a served session:
+//! the inbound half keeps the WebSocket-level keepalive (PROTOCOL.md §1.5)
+//! and notices a shutdown request between reader turns; the outbound half
+//! sends the session's encoded frames as text messages.
+//!
+//! It never interprets a frame and never holds the transport's turn lock
+//! longer than one reader turn, so the writer thread is not held up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use super::session::{Ended, Inbound, Outbound};
+use crate::transport::{Incoming, Keepalive, KeepaliveAction, Reader, Writer};
+
+/// The receiving side of a served connection.
+#[derive(Debug)]
+pub struct LinkIn {
+    reader: Reader,
+    writer: Writer,
+    keepalive: Keepalive,
+    stop: Arc<AtomicBool>,
+}
+
+impl LinkIn {
+    /// Wraps the transport halves; `stop` ends `recv` at the next turn.
+    pub fn new(reader: Reader, writer: Writer, stop: Arc<AtomicBool>) -> LinkIn {
+        LinkIn {
+            reader,
+            writer,
+            keepalive: Keepalive::new(Instant::now()),
+            stop,
+        }
+    }
+}
+
+impl Inbound for LinkIn {
+    fn recv(&mut self) -> Result<Vec<u8>, Ended> {
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(Ended::Closed(None));
+            }
+            match self.keepalive.poll(Instant::now()) {
+                KeepaliveAction::Wait(_) => {}
+                KeepaliveAction::Ping(payload) => {
+                    if let Err(e) = self.writer.ping(&payload) {
+                        return Err(Ended::Failed(e.audit_reason()));
+                    }
+                }
+                KeepaliveAction::Expired => {
+                    return Err(Ended::Failed("loop_error: keepalive_timeout".into()));
+                }
+            }
+            match self.reader.read() {
+                Ok(Incoming::Message(bytes)) => return Ok(bytes),
+                Ok(Incoming::Pong(payload)) => {
+                    self.keepalive.on_pong(&payload);
+                }
+                Ok(Incoming::Idle) => {}
+                Ok(Incoming::Closed(info)) => return Err(Ended::Closed(info.map(|i| i.code))),
+                Err(e) => return Err(Ended::Failed(e.audit_reason())),
+            }
+        }
+    }
+}
+
+/// The sending side of a served connection.
+#[derive(Debug)]
+pub struct LinkOut(pub Writer);
+
+impl Outbound for LinkOut {
+    fn send(&mut self, text: Vec<u8>) -> Result<(), Ended> {
+        // Frames come from the encoder, which only produces UTF-8 JSON.
+        let text = String::from_utf8(text)
+            .map_err(|_| Ended::Failed("loop_error: non_utf8_frame".into()))?;
+        self.0
+            .send_text(text)
+            .map_err(|e| Ended::Failed(e.audit_reason()))
+    }
+
+    fn close(&mut self, code: u16, reason: &str) {
+        let _ = self.0.close(code, reason);
+    }
+}
