@@ -12,6 +12,8 @@
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
 //! * [`exec`] — `EXECUTE_COMMAND`: environment, shell, jailed working
 //!   directory, output budget and the timeout's termination sequence.
+//! * [`daemon`] — the running daemon: the handshake's decisions (what to
+//!   advertise, whether a `HELLO_ACK` is acceptable, the effective limits).
 //! * [`audit`] — the HMAC-chained audit log: records, canonical form,
 //!   verification.
 //! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.
@@ -30,6 +32,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod exec;
 pub mod exit;
 pub mod files;

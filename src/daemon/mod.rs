@@ -1,0 +1,8 @@
+//! The running daemon: what happens between a connected WebSocket and the
+//! operations — for now, the handshake's decisions.
+//!
+//! The submodules here are sans-IO: they take frames, settings and
+//! `Instant`s as arguments and return decisions, leaving sockets, clocks,
+//! threads and audit writes to their callers.
+
+pub mod handshake;
