@@ -13,7 +13,8 @@
 //! * [`exec`] — `EXECUTE_COMMAND`: environment, shell, jailed working
 //!   directory, output budget and the timeout's termination sequence.
 //! * [`daemon`] — the running daemon: the handshake's decisions (what to
-//!   advertise, whether a `HELLO_ACK` is acceptable, the effective limits).
+//!   advertise, whether a `HELLO_ACK` is acceptable, the effective limits)
+//!   and the admission, rate and concurrency limits requests pass through.
 //! * [`audit`] — the HMAC-chained audit log: records, canonical form,
 //!   verification.
 //! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.

@@ -1,8 +1,10 @@
 //! The running daemon: what happens between a connected WebSocket and the
-//! operations — for now, the handshake's decisions.
+//! operations — the handshake's decisions and the limits on concurrent and
+//! repeated work.
 //!
 //! The submodules here are sans-IO: they take frames, settings and
 //! `Instant`s as arguments and return decisions, leaving sockets, clocks,
 //! threads and audit writes to their callers.
 
 pub mod handshake;
+pub mod limits;
