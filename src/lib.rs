@@ -15,6 +15,10 @@
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
 //! * [`exec`] — `EXECUTE_COMMAND`: environment, shell, jailed working
 //!   directory, output budget and the timeout's termination sequence.
+//! * [`daemon`] — the running daemon: the handshake's decisions (what to
+//!   advertise, whether a `HELLO_ACK` is acceptable, the effective limits),
+//!   the served connection (reader, writer, admission, capability gate,
+//!   worker pool), the operation handlers and the machine-wide limits.
 //! * [`audit`] — the HMAC-chained audit log: records, canonical form,
 //!   verification.
 //! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.

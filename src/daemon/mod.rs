@@ -1,12 +1,18 @@
 //! The running daemon: connections, dispatch of their frames to operation
-//! handlers, limits, and the audit records of it all.
+//! handlers, the handshake's decisions, limits, and the audit records of it
+//! all.
 //!
-//! Data flow: a transport connection is served by [`session`] (reader,
-//! writer, admission, capability gate), which hands admitted requests to
-//! the [`pool`]; a worker runs the operation through [`handlers`] and the
-//! record is made durable before the response is queued.
+//! Data flow: [`handshake`] builds the HELLO and judges the HELLO_ACK; a
+//! transport connection is bridged by [`link`] and served by [`session`]
+//! (reader, writer, admission, capability gate), which hands admitted
+//! requests to the [`pool`]; a worker runs the operation through
+//! [`handlers`] under the machine-wide [`limits`], and the record is made
+//! durable before the response is queued. [`handshake`] and [`limits`] are
+//! sans-IO: they take frames, settings and `Instant`s and return decisions.
 
 pub mod handlers;
+pub mod handshake;
+pub mod limits;
 pub mod link;
 pub mod pool;
 pub mod session;
