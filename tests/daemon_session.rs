@@ -75,6 +75,22 @@ fn setup(
     shell_enabled: bool,
     max_concurrent: u64,
 ) -> (Setup, AuditLog, PathBuf, PathBuf) {
+    setup_limited(
+        base,
+        granted,
+        shell_enabled,
+        max_concurrent,
+        Arc::new(Unlimited),
+    )
+}
+
+fn setup_limited(
+    base: &std::path::Path,
+    granted: &[&str],
+    shell_enabled: bool,
+    max_concurrent: u64,
+    commands: Arc<dyn CommandGate + Send>,
+) -> (Setup, AuditLog, PathBuf, PathBuf) {
     let root = base.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let audit_path = base.join("audit.jsonl");
@@ -89,7 +105,7 @@ fn setup(
             Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
         ),
         host_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
-        commands: Arc::new(Unlimited),
+        commands,
         audit: AuditSink::Log(log.clone()),
         granted: granted.iter().map(|g| (*g).to_owned()).collect(),
         max_concurrent,
@@ -447,4 +463,63 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
     conn.close(1000, "bye").unwrap();
     assert_eq!(shim.join().unwrap(), End::Closed(Some(1000)));
     assert_eq!(std::fs::read(root.join("tls.txt")).unwrap(), b"over tls");
+}
+
+#[test]
+fn command_over_the_rate_limit_is_refused_and_audited_with_duration_zero() {
+    use autogpt_shim::daemon::limits::{MachineLimitSettings, MachineLimits};
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let limits = MachineLimits::new(MachineLimitSettings {
+        max_commands_per_minute: 2,
+        ..MachineLimitSettings::default()
+    });
+    let (setup, _log, root, audit_path) =
+        setup_limited(&base, &["shell"], true, 4, Arc::new(limits));
+    let (to_shim, rx) = unbounded();
+    let (tx, from_shim) = unbounded();
+    let served = std::thread::spawn(move || {
+        let pool = Pool::new(WORKERS).unwrap();
+        session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
+    });
+    let fx = Fx {
+        _tmp: tmp,
+        root,
+        audit_path,
+        to_shim,
+        from_shim,
+        early: Default::default(),
+        served,
+        log: _log,
+    };
+    for n in 0..2 {
+        fx.request(
+            &format!("c{n}"),
+            "EXECUTE_COMMAND",
+            json!({"argv": ["true"]}),
+        );
+        assert_eq!(fx.reply(&format!("c{n}"))["type"], "COMMAND_RESULT");
+    }
+    fx.request(
+        "c2",
+        "EXECUTE_COMMAND",
+        json!({"argv": ["touch", "ran"], "cwd": "sub"}),
+    );
+    let e = fx.reply("c2");
+    assert_eq!(e["payload"]["code"], "SHIM_OVERLOADED");
+    assert_eq!(
+        e["payload"]["message"],
+        "Command rate limit exceeded (2/minute)."
+    );
+    assert!(!fx.root.join("ran").exists());
+    let ops = fx.audit_ops();
+    let (op, record) = ops.last().unwrap();
+    assert_eq!(op, "EXECUTE_COMMAND");
+    assert_eq!(record["request_id"], "c2");
+    assert_eq!(record["details"]["cwd"], "sub");
+    assert_eq!(
+        record["result"],
+        json!({"ok": false, "exit_code": null, "duration_ms": 0, "error_code": "SHIM_OVERLOADED"})
+    );
+    fx.finish();
 }

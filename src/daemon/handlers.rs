@@ -247,3 +247,12 @@ fn jail_violation(code: ErrorCode, path: String, attempted_op: MessageType) -> E
 fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
+
+impl CommandGate for super::limits::MachineLimits {
+    fn enter(&self) -> Result<Box<dyn Send>, String> {
+        match self.start_command(Instant::now()) {
+            Ok(slot) => Ok(Box::new(slot)),
+            Err(refused) => Err(refused.message()),
+        }
+    }
+}

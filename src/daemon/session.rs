@@ -18,24 +18,21 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
 use rustix::process::Pid;
-use serde_json::{Map, json};
+use serde_json::json;
 
 use super::handlers::{self, CommandGate};
+use super::limits::{Admitted, RequestSlots};
 use super::pool::Pool;
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, Spawner};
 use crate::files::FileContext;
 use crate::jail::Jail;
 use crate::protocol::{
-    self, Capability, Counters, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
-    Status,
+    self, Capability, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
 };
 
 /// `STATUS_INTERVAL_SECONDS` (PROTOCOL.md §9.2).
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(30);
-
-/// The message of `SHIM_OVERLOADED` from admission (PROTOCOL.md §5.2).
-pub const OVERLOADED: &str = "The local executor is at its concurrent request limit.";
 
 /// The message of an operation whose record could not be written (AUDIT.md
 /// §8.3 hardening note, step 1).
@@ -169,7 +166,7 @@ enum Out {
 struct Shared {
     setup: Setup,
     cancel: Cancel,
-    counters: Mutex<Counters>,
+    slots: RequestSlots,
     /// Frames for the writer; PONGs take the priority lane.
     tx: Sender<Out>,
     priority: Sender<Out>,
@@ -219,10 +216,13 @@ pub fn serve(
         Ok(c) => c,
         Err(e) => return End::Failed(format!("cannot create the cancellation token: {e}")),
     };
+    let Some(max_concurrent) = std::num::NonZeroU64::new(setup.max_concurrent) else {
+        return End::Failed("max_concurrent must be positive".into());
+    };
     let shared = Arc::new(Shared {
         setup,
         cancel,
-        counters: Mutex::new(Counters::default()),
+        slots: RequestSlots::new(max_concurrent),
         tx,
         priority,
         leftovers: Mutex::new(Vec::new()),
@@ -343,7 +343,7 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
     let Some(reply) = &e.reply else {
         return;
     };
-    let capacity = lock(&shared.counters).pending_capacity(shared.setup.max_concurrent);
+    let capacity = shared.slots.pending_capacity();
     let frame = Frame::new(
         reply.id.clone(),
         now_ts(),
@@ -358,53 +358,31 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
 
 /// Step 5–6 of PROTOCOL.md §5.1.
 fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
-    let max = shared.setup.max_concurrent;
-    {
-        let mut c = lock(&shared.counters);
-        if !c.admits(max) {
-            drop(c);
-            let mut details = Map::new();
-            details.insert("max_concurrent".into(), json!(max));
-            let reply = Frame::new(
-                frame.id,
-                now_ts(),
-                Message::Error(
-                    ErrorPayload::new(ErrorCode::ShimOverloaded, OVERLOADED).with_details(details),
-                ),
-            )
-            .with_capacity(0);
+    let admitted = match shared.slots.admit() {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            let reply =
+                Frame::new(frame.id, now_ts(), Message::Error(refused.to_error())).with_capacity(0);
             send_response(shared, &reply);
             return;
         }
-        c.pending += 1;
-        c.queued += 1;
-    }
+    };
     *lock(&shared.running) += 1;
     let job_shared = Arc::clone(shared);
-    let submitted = pool.submit(Box::new(move || {
-        run_request(&job_shared, frame);
+    // A job the pool refuses (the daemon is stopping) is dropped unrun,
+    // and its ticket with it.
+    let _ = pool.submit(Box::new(move || {
+        run_request(&job_shared, admitted, frame);
         let mut running = lock(&job_shared.running);
         *running -= 1;
         job_shared.idle.notify_all();
     }));
-    if !submitted {
-        // The pool is gone (the daemon is stopping): nothing ran.
-        let mut c = lock(&shared.counters);
-        c.pending -= 1;
-        c.queued -= 1;
-        *lock(&shared.running) -= 1;
-        shared.idle.notify_all();
-    }
 }
 
 /// A worker's part: the slot, the gates, the handler, the record, the
 /// response and the edge `STATUS`.
-fn run_request(shared: &Shared, frame: Frame) {
-    {
-        let mut c = lock(&shared.counters);
-        c.queued -= 1;
-        c.in_flight += 1;
-    }
+fn run_request(shared: &Shared, mut admitted: Admitted, frame: Frame) {
+    admitted.take_slot();
     let kind = frame.message_type();
     let reply = if shared.cancel.is_cancelled() {
         // Admitted before the connection ended: cancelled unrun.
@@ -412,22 +390,16 @@ fn run_request(shared: &Shared, frame: Frame) {
     } else {
         route(shared, &frame.id, kind, &frame.message)
     };
-    let (saturated, capacity) = {
-        let mut c = lock(&shared.counters);
-        let saturated = c.is_saturated(shared.setup.max_concurrent);
-        c.pending -= 1;
-        c.in_flight -= 1;
-        (saturated, c.pending_capacity(shared.setup.max_concurrent))
-    };
+    let released = admitted.finish();
     let Some(message) = reply else {
         return;
     };
     if shared.cancel.is_cancelled() {
         return;
     }
-    let response = Frame::new(frame.id, now_ts(), message).with_capacity(capacity);
+    let response = Frame::new(frame.id, now_ts(), message).with_capacity(released.pending_capacity);
     send_response(shared, &response);
-    if saturated {
+    if released.edge_status {
         send_status(shared);
     }
 }
@@ -491,17 +463,12 @@ fn send_response(shared: &Shared, frame: &Frame) {
 }
 
 fn send_status(shared: &Shared) {
-    let max = shared.setup.max_concurrent;
-    let c = *lock(&shared.counters);
-    let status = Status {
-        in_flight: c.in_flight,
-        max_concurrent: max,
-        queue_depth: c.queued,
-        audit_log_bytes: std::fs::metadata(&shared.setup.audit_path).map_or(0, |m| m.len()),
-        uptime_seconds: shared.connected_at.elapsed().as_secs_f64(),
-    };
-    let frame = Frame::new(fresh_id(), now_ts(), Message::Status(status))
-        .with_capacity(c.pending_capacity(max));
+    let bytes = std::fs::metadata(&shared.setup.audit_path).map_or(0, |m| m.len());
+    let report = shared
+        .slots
+        .status(bytes, shared.connected_at, Instant::now());
+    let frame = Frame::new(fresh_id(), now_ts(), Message::Status(report.status))
+        .with_capacity(report.pending_capacity);
     if let Ok(bytes) = protocol::encode(&frame) {
         let _ = shared.tx.send(Out::Frame(bytes));
     }
