@@ -96,16 +96,8 @@ pub fn wait_for_termination_signal(set: &SignalSet) -> io::Result<i32> {
 pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::Result<()> {
     let cwd = cwd.as_raw_fd();
     let shim = std::process::id();
-    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
-    // valid for writes of one `sigset_t`. Built here, before the fork, so
-    // the child only has to install it.
-    let rc = unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `sigemptyset` succeeded, so the set is initialised.
-    let empty = unsafe { empty.assume_init() };
+    // Built here, before the fork, so the child only has to install it.
+    let empty = empty_signal_set()?;
     let hook = move || -> io::Result<()> {
         // Everything below runs in the forked child before `exec`: only
         // async-signal-safe calls, no allocation (io::Error from an errno
@@ -153,16 +145,7 @@ pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::
         // descriptor was used above, and std's own error-reporting pipe is
         // close-on-exec anyway. Kernels without close_range (before 5.11)
         // keep the flags as they were.
-        // SAFETY: a raw system call with integer arguments only; it touches
-        // nothing but this process's descriptor flags.
-        unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                3 as libc::c_uint,
-                libc::c_uint::MAX,
-                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-            );
-        }
+        cloexec_from(3);
         Ok(())
     };
     // SAFETY: the hook only calls async-signal-safe functions (setsid,
@@ -188,15 +171,7 @@ pub fn prepare_spawner_child(command: &mut Command, sock: BorrowedFd<'_>) -> io:
     if sock == 3 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
-    // valid for writes of one `sigset_t`.
-    let rc = unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `sigemptyset` succeeded, so the set is initialised.
-    let empty = unsafe { empty.assume_init() };
+    let empty = empty_signal_set()?;
     let hook = move || -> io::Result<()> {
         // Runs in the forked child before `exec`: async-signal-safe calls
         // only, no allocation.
@@ -215,16 +190,7 @@ pub fn prepare_spawner_child(command: &mut Command, sock: BorrowedFd<'_>) -> io:
         if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a raw system call with integer arguments that only sets
-        // close-on-exec on this process's descriptors from 4 up.
-        unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                4 as libc::c_uint,
-                libc::c_uint::MAX,
-                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-            );
-        }
+        cloexec_from(4);
         Ok(())
     };
     // SAFETY: the hook only calls async-signal-safe functions (setsid,
@@ -263,4 +229,33 @@ pub fn take_inherited_socket(fd: i32) -> Option<std::os::fd::OwnedFd> {
     let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
     rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).ok()?;
     Some(owned)
+}
+
+/// An empty signal set, built before a fork so the child only installs it.
+fn empty_signal_set() -> io::Result<libc::sigset_t> {
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
+    // valid for writes of one `sigset_t`.
+    let rc = unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `sigemptyset` succeeded, so the set is initialised.
+    Ok(unsafe { empty.assume_init() })
+}
+
+/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe
+/// (one system call, no allocation), so pre-exec hooks may call it. Kernels
+/// without close_range (before 5.11) keep the flags as they were.
+fn cloexec_from(first: libc::c_uint) {
+    // SAFETY: a raw system call with integer arguments only; it touches
+    // nothing but this process's descriptor flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        );
+    }
 }

@@ -166,25 +166,28 @@ impl State {
     }
 
     /// Reaps every child that has exited: commands are reported, adopted
-    /// orphans just disappear. Forgets groups that are empty.
+    /// orphans just disappear. Forgets groups that are empty. A failed
+    /// report (the shim is gone) does not stop the reaping; it is returned
+    /// once everything is collected.
     fn reap(&mut self) -> std::io::Result<()> {
+        let mut reported = Ok(());
         while let Some((pid, status)) = reap_one() {
             let raw = pid.as_raw_nonzero().get();
-            if self.leaders.remove(&raw).is_some() {
-                wire::send(
+            if self.leaders.remove(&raw).is_some() && reported.is_ok() {
+                reported = wire::send(
                     self.sock.as_fd(),
                     &Frame::Exited {
                         pid: raw,
                         status: status.as_raw(),
                     },
                     &[],
-                )?;
+                );
             }
         }
         let leaders = &self.leaders;
         self.groups
             .retain(|&g| leaders.contains_key(&g) || !Pid::from_raw(g).is_none_or(group_gone));
-        Ok(())
+        reported
     }
 
     /// The end: SIGTERM to every command group and every child (adopted
@@ -203,7 +206,8 @@ impl State {
                     signal_pid(pid, Signal::TERM);
                 }
             }
-            let _ = self.reap_quietly();
+            // The shim may be gone: reports are best effort.
+            let _ = self.reap();
             if self.groups.is_empty() && children.is_empty() {
                 return;
             }
@@ -221,23 +225,13 @@ impl State {
             for &pid in &children {
                 signal_pid(pid, Signal::KILL);
             }
-            let _ = self.reap_quietly();
+            // The shim may be gone: reports are best effort.
+            let _ = self.reap();
             if (self.groups.is_empty() && children.is_empty()) || Instant::now() >= give_up {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    /// [`State::reap`] once the shim may be gone: reports are best effort.
-    fn reap_quietly(&mut self) -> std::io::Result<()> {
-        while let Some((pid, _)) = reap_one() {
-            self.leaders.remove(&pid.as_raw_nonzero().get());
-        }
-        let leaders = &self.leaders;
-        self.groups
-            .retain(|&g| leaders.contains_key(&g) || !Pid::from_raw(g).is_none_or(group_gone));
-        Ok(())
     }
 }
 
