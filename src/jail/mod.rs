@@ -6,6 +6,8 @@
 //!   `realpath` and a byte-exact prefix comparison.
 //! * `enforce` — Layer 3: opening the decided remainder beneath the root fd
 //!   with `openat2` or the `O_NOFOLLOW` walker.
+//! * `roots` — which directories may be a root at all: the legacy-mode
+//!   preparation of `allowed_root` and the dangerous-root list (CLI.md §8).
 //!
 //! [`Jail`] ties them together and owns the root: opened once, identified by
 //! `(st_dev, st_ino)`, re-checked before every decision. Callers get
@@ -17,6 +19,7 @@
 mod enforce;
 pub mod lexical;
 pub mod resolve;
+pub mod roots;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
