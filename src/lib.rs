@@ -42,6 +42,7 @@ pub mod exec;
 pub mod exit;
 pub mod files;
 pub mod jail;
+pub mod log;
 pub mod protocol;
 pub mod secrets;
 pub mod sys;

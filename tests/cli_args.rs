@@ -6,9 +6,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use autogpt_shim::cli::{
-    self, Globals, Parsed, UsageError, parse, parse_globals, session_id_value,
-};
+use autogpt_shim::cli::{self, Command, Globals, Parsed, UsageError, parse, parse_globals};
 use autogpt_shim::config::{self, Context, Environment, Host, LogLevel, Overrides, Platform};
 use autogpt_shim::exit;
 
@@ -155,13 +153,42 @@ fn missing_command_is_a_usage_error() {
 
 #[test]
 fn every_command_name_is_unknown_until_its_feature_exists() {
-    for name in ["start", "auth", "frobnicate"] {
+    for name in ["auth", "status", "frobnicate"] {
         assert_eq!(
             usage_error(&[name]),
             UsageError::UnknownCommand(name.into()),
             "{name}"
         );
     }
+}
+
+#[test]
+fn start_flags_only_switch_settings_on_and_refuse_values() {
+    let Parsed::Run(invocation) = parse(args(&[
+        "start",
+        "--enable-shell",
+        "--enable-computer-use",
+        "--enable-clipboard",
+        "--enable-clipboard-read-foreign",
+    ]))
+    .unwrap() else {
+        panic!("expected a command");
+    };
+    let o = &invocation.overrides;
+    assert!(o.enable_shell && o.enable_computer_use && o.enable_clipboard);
+    assert!(o.enable_clipboard_read_foreign && !o.enable_recording);
+    assert_eq!(
+        usage_error(&["start", "--enable-shell=false"]),
+        UsageError::UnexpectedValue("--enable-shell".into())
+    );
+    assert_eq!(
+        usage_error(&["start", "--enable"]),
+        UsageError::UnknownOption("--enable".into())
+    );
+    assert_eq!(
+        usage_error(&["start", "now"]),
+        UsageError::UnexpectedArgument("now".into())
+    );
 }
 
 #[test]
@@ -324,19 +351,6 @@ fn context(home: &std::path::Path, env: &[(&str, &str)]) -> Context {
     }
 }
 
-/// What the `start` arm will do with its flags; stands in for it until
-/// `start` exists, to pin that the parser design yields CLI.md §1.3.
-fn start_flags(parser: &mut lexopt::Parser, overrides: &mut Overrides) {
-    while let Some(arg) = parser.next().unwrap() {
-        match arg {
-            lexopt::Arg::Long("session-id") => session_id_value(parser, overrides).unwrap(),
-            lexopt::Arg::Long("enable-shell") => overrides.enable_shell = true,
-            lexopt::Arg::Long("enable-recording") => overrides.enable_recording = true,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-}
-
 #[test]
 fn session_id_before_or_after_start_gives_the_same_config() {
     let home = tempfile::tempdir().unwrap();
@@ -381,17 +395,11 @@ fn session_id_before_or_after_start_gives_the_same_config() {
         ],
     ];
     for list in spellings {
-        let mut parser = lexopt::Parser::from_args(args(list));
-        let Globals::Command {
-            mut overrides,
-            name,
-        } = parse_globals(&mut parser).unwrap()
-        else {
+        let Parsed::Run(invocation) = parse(args(list)).unwrap() else {
             panic!("expected a command");
         };
-        assert_eq!(name, "start");
-        start_flags(&mut parser, &mut overrides);
-        let config = config::load(&overrides, &context(home.path(), &[]))
+        assert!(matches!(invocation.command, Command::Start), "{list:?}");
+        let config = config::load(&invocation.overrides, &context(home.path(), &[]))
             .unwrap()
             .config;
         assert_eq!(config.session_id(), Some("session-123"), "{list:?}");

@@ -706,6 +706,7 @@ fn audit_subcommands_parse_to_typed_values() {
     let parsed = |args: &[&str]| match parse(args.iter().map(|a| a.to_string())) {
         Ok(Parsed::Run(invocation)) => match invocation.command {
             Cmd::Audit(command) => command,
+            other => panic!("{other:?}"),
         },
         other => panic!("{other:?}"),
     };

@@ -100,7 +100,7 @@ fn setup_limited(
     )
     .unwrap();
     let setup = Setup {
-        jail: Jail::pin(&root, JailOptions::default()).unwrap(),
+        jail: Arc::new(Jail::pin(&root, JailOptions::default()).unwrap()),
         spawner: Arc::new(
             Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
         ),

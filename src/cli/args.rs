@@ -49,6 +49,9 @@ pub struct Invocation {
 pub enum Command {
     /// `audit <subcommand>`: the audit log tools (CLI.md §4.5).
     Audit(AuditCommand),
+    /// `start`: run the daemon in the foreground (CLI.md §4.2). Its options
+    /// are configuration overrides, so it carries nothing of its own.
+    Start,
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -213,14 +216,51 @@ pub fn parse_globals(parser: &mut Parser) -> Result<Globals, UsageError> {
 fn parse_command(
     name: &OsStr,
     parser: &mut Parser,
-    _overrides: &mut Overrides,
+    overrides: &mut Overrides,
 ) -> Result<Command, UsageError> {
     match name.to_str() {
         Some("audit") => Ok(Command::Audit(audit::parse(parser)?)),
+        Some("start") => {
+            parse_start(parser, overrides)?;
+            Ok(Command::Start)
+        }
         _ => Err(UsageError::UnknownCommand(
             name.to_string_lossy().into_owned(),
         )),
     }
+}
+
+/// The options of `start` (CLI.md §4.2). Flags can only switch a setting
+/// on: a setting enabled in the file or the environment stays enabled.
+fn parse_start(parser: &mut Parser, overrides: &mut Overrides) -> Result<(), UsageError> {
+    while let Some(arg) = parser.next().map_err(from_lexopt)? {
+        let (flag, option): (&mut bool, &'static str) = match arg {
+            Long("session-id") => {
+                session_id_value(parser, overrides)?;
+                continue;
+            }
+            Long("enable-shell") => (&mut overrides.enable_shell, "--enable-shell"),
+            Long("enable-computer-use") => {
+                (&mut overrides.enable_computer_use, "--enable-computer-use")
+            }
+            Long("enable-clipboard") => (&mut overrides.enable_clipboard, "--enable-clipboard"),
+            Long("enable-clipboard-read-foreign") => (
+                &mut overrides.enable_clipboard_read_foreign,
+                "--enable-clipboard-read-foreign",
+            ),
+            Long("enable-recording") => (&mut overrides.enable_recording, "--enable-recording"),
+            Long(other) => return Err(UsageError::UnknownOption(format!("--{other}"))),
+            Short(other) => return Err(UsageError::UnknownOption(format!("-{other}"))),
+            Value(arg) => {
+                return Err(UsageError::UnexpectedArgument(
+                    arg.to_string_lossy().into_owned(),
+                ));
+            }
+        };
+        *flag = true;
+        refuse_attached_value(parser, option)?;
+    }
+    Ok(())
 }
 
 /// `--session-id ID`, valid before the command and after `start`. Each

@@ -9,6 +9,7 @@
 
 mod args;
 mod audit;
+mod start;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -72,6 +73,7 @@ where
 fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
     match invocation.command {
         Command::Audit(command) => audit::run(command, &invocation.overrides, stdout, stderr),
+        Command::Start => start::run(&invocation.overrides, stdout, stderr),
     }
 }
 
@@ -109,10 +111,16 @@ const USAGE_LINE: &str = "Usage: autogpt-shim [GLOBAL OPTIONS] <COMMAND> [COMMAN
 
 /// The commands of this build with a one-line summary each, for `--help`.
 /// Every command adds its line here when it arrives.
-const COMMANDS: &[(&str, &str)] = &[(
-    "audit",
-    "audit log tools: tail, show <seq>, verify, verify-all, export [--output PATH],\n              rotate, prune [--older-than DUR]",
-)];
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        "start",
+        "run the daemon in the foreground: start --session-id ID [--enable-shell]\n              [--enable-computer-use] [--enable-clipboard]\n              [--enable-clipboard-read-foreign] [--enable-recording]",
+    ),
+    (
+        "audit",
+        "audit log tools: tail, show <seq>, verify, verify-all, export [--output PATH],\n              rotate, prune [--older-than DUR]",
+    ),
+];
 
 /// The `--help` text (stdout).
 pub fn help_text() -> String {

@@ -545,7 +545,7 @@ fn shim(close: ShimClose) -> Option<HandshakeClose> {
 
 /// `ws_closed_<code>_<LABEL>`; the reference prints a missing code as
 /// `None`, and every code outside 4426–4429 as `unknown`.
-fn disconnect_reason(code: Option<u16>) -> String {
+pub fn disconnect_reason(code: Option<u16>) -> String {
     let label = code
         .and_then(TerminalClose::from_code)
         .map_or("unknown", TerminalClose::label);

@@ -15,4 +15,5 @@ pub mod handshake;
 pub mod limits;
 pub mod link;
 pub mod pool;
+pub mod runtime;
 pub mod session;

@@ -99,8 +99,8 @@ impl AuditSink {
 
 /// Everything a connection's requests need, fixed at the handshake.
 pub struct Setup {
-    /// The session root.
-    pub jail: Jail,
+    /// The session root, pinned once for every connection of the session.
+    pub jail: Arc<Jail>,
     /// Starts commands.
     pub spawner: Arc<Spawner>,
     /// The shim's environment captured at start.

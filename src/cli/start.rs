@@ -1,0 +1,525 @@
+//! `start`: the daemon in the foreground (CLI.md §4.2), legacy
+//! `--session-id` mode.
+//!
+//! This module owns the startup sequence and the exit status: configuration,
+//! the session root, the secret store and audit key, the audit writer, the
+//! preflight checks, `SHIM_START`, the token check, then the connection
+//! runtime until a stop signal or a terminal condition, and `SHIM_STOP`.
+//! Every failure before the first connection is one `Preflight failed:` line
+//! and exit 78, and nothing is connected before `SHIM_START` is durable. It
+//! never prints a token, the audit key or the passphrase, and it never
+//! writes `SHIM_STOP` after an audit write has failed.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::json;
+
+use super::{PROGRAM, VERSION, load_config};
+use crate::audit::writer::{RotateReason, WriterOptions, WriterThread};
+use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
+use crate::config::{Config, Environment, Mode, Overrides};
+use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
+use crate::daemon::limits::{MachineLimitSettings, MachineLimits};
+use crate::daemon::pool::{Pool, WORKERS};
+use crate::daemon::runtime::{self, Outcome, Session, StoredCredentials};
+use crate::daemon::session::{AuditSink, fresh_id};
+use crate::exec::Spawner;
+use crate::exit;
+use crate::jail::roots;
+use crate::jail::{Jail, JailOptions};
+use crate::log::Log;
+use crate::protocol::Backoff;
+use crate::secrets::{ErrorClass, KeyCheck, KeyOrigin, SecretError, SecretStore};
+use crate::sys;
+use crate::transport::Connector;
+
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+/// Why `start` ends before serving: the message and the exit status.
+struct Refusal {
+    message: String,
+    code: u8,
+}
+
+impl Refusal {
+    /// A preflight failure: `Preflight failed: <reason>`, exit 78.
+    fn preflight(reason: impl std::fmt::Display) -> Refusal {
+        Refusal {
+            message: format!("Preflight failed: {reason}"),
+            code: exit::EX_CONFIG,
+        }
+    }
+
+    /// A secret-store failure: 78 unless it is a bug (70).
+    fn secrets(error: &SecretError) -> Refusal {
+        let mut refusal = Refusal::preflight(error);
+        if error.class() == ErrorClass::Internal {
+            refusal.code = exit::EX_SOFTWARE;
+        }
+        refusal
+    }
+}
+
+/// Runs `start` and returns its exit status.
+pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    // Blocked before any thread exists (the keychain's D-Bus client and the
+    // audit writer start threads), so every thread inherits the mask and
+    // only the signal thread ever takes SIGINT/SIGTERM.
+    let signals = match sys::block_termination_signals() {
+        Ok(signals) => signals,
+        Err(e) => {
+            say!(stderr, "{PROGRAM}: cannot block termination signals: {e}");
+            return exit::EX_SOFTWARE;
+        }
+    };
+    let umask = read_umask();
+
+    // Step 1: configuration.
+    let config = match load_config(overrides, stderr) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Mode::Legacy { session_id } = config.mode.clone() else {
+        say!(
+            stderr,
+            "Preflight failed: persistent machine control (start without a session id) is not available in this version; start with --session-id ID"
+        );
+        return exit::EX_CONFIG;
+    };
+    let env = Environment::from_process();
+    let host_env: Vec<(OsString, OsString)> = env
+        .iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let connector = match Connector::from_config(&config, &host_env) {
+        Ok(connector) => connector,
+        Err(e) => {
+            say!(stderr, "{PROGRAM}: configuration error: {e}");
+            return exit::EX_CONFIG;
+        }
+    };
+    let identity = match Identity::from_config(&config) {
+        Ok(identity) => identity,
+        Err(e) => return super::config_error(&e, stderr),
+    };
+    let log = Log::stderr(config.log_level);
+
+    // Step 2: the session root.
+    let root = match roots::prepare_legacy_root(
+        &config.allowed_root,
+        config.allowed_root_is_default(),
+        &config.paths.home,
+    ) {
+        Ok(root) => root,
+        Err(problem) => {
+            say!(stderr, "Preflight failed: {problem}");
+            return exit::EX_CONFIG;
+        }
+    };
+    if root.created {
+        say!(stdout, "Created allowed_root {}", root.path.display());
+    }
+    let jail = match Jail::pin(
+        &root.path,
+        JailOptions {
+            no_xdev: config.jail_no_xdev,
+            ..JailOptions::default()
+        },
+    ) {
+        Ok(jail) => Arc::new(jail),
+        Err(e) => {
+            say!(stderr, "Preflight failed: {e}");
+            return exit::EX_CONFIG;
+        }
+    };
+
+    // Step 3: secret store, audit key, writer.
+    let (store, audit, writer_thread) = match open_audit(&config, &session_id, &env, &log, stderr) {
+        Ok(opened) => opened,
+        Err(refusal) => {
+            say!(stderr, "{}", refusal.message);
+            return refusal.code;
+        }
+    };
+    let finish = |code: u8| {
+        writer_thread.join();
+        code
+    };
+
+    // Step 4: preflight checks.
+    if config.enable_recording {
+        return finish(refuse_recording(&config, audit, stderr));
+    }
+
+    // Step 5: SHIM_START.
+    if let Err(e) = audit.write(Entry::event(
+        "SHIM_START",
+        Details::new().with("shim_version", json!(VERSION)),
+    )) {
+        say!(
+            stderr,
+            "Preflight failed: the initial SHIM_START record could not be written; the shim refuses to run without its mandatory audit log: {e}"
+        );
+        drop(audit);
+        return finish(exit::EX_CONFIG);
+    }
+
+    // Step 6: what runs.
+    let machine_id = identity.machine_id.clone();
+    say!(stdout, "Starting shim daemon (machine_id={machine_id})");
+    say!(stdout, "Legacy direct session: {session_id}");
+    say!(stdout, "Allowed root: {}", jail.root());
+    if config.enable_shell {
+        say!(
+            stdout,
+            "WARNING: shell commands are enabled; they can access everything your user account can."
+        );
+    }
+    say!(stdout, "Press Ctrl+C to stop.");
+    let _ = stdout.flush();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_written = Arc::new(AtomicBool::new(false));
+    let code = serve(Serve {
+        config: &config,
+        session_id,
+        connector: &connector,
+        store,
+        identity,
+        jail,
+        host_env,
+        umask,
+        audit: audit.clone(),
+        log: &log,
+        stop: &stop,
+        stop_written: &stop_written,
+        signals,
+        stdout,
+        stderr,
+    });
+    drop(audit);
+    finish(code)
+}
+
+/// Steps 7–9, with everything the earlier steps set up.
+struct Serve<'a> {
+    config: &'a Config,
+    session_id: String,
+    connector: &'a Connector,
+    store: SecretStore,
+    identity: Identity,
+    jail: Arc<Jail>,
+    host_env: Vec<(OsString, OsString)>,
+    umask: rustix::fs::Mode,
+    audit: AuditLog,
+    log: &'a Log,
+    stop: &'a Arc<AtomicBool>,
+    stop_written: &'a Arc<AtomicBool>,
+    signals: sys::SignalSet,
+    stdout: &'a mut dyn Write,
+    stderr: &'a mut dyn Write,
+}
+
+fn serve(s: Serve<'_>) -> u8 {
+    let Serve {
+        config,
+        session_id,
+        connector,
+        store,
+        identity,
+        jail,
+        host_env,
+        umask,
+        audit,
+        log,
+        stop,
+        stop_written,
+        signals,
+        stdout,
+        stderr,
+    } = s;
+
+    // Step 7: without any token there is nothing to connect with.
+    match store.tokens() {
+        Ok(tokens) if tokens.access.is_none() && tokens.refresh.is_none() => {
+            say!(
+                stderr,
+                "Authentication failed: not authenticated; run autogpt-shim auth"
+            );
+            return stop_record(&audit, stop_written, exit::EX_NOPERM, stderr);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            say!(
+                stderr,
+                "Preflight failed: cannot read the stored tokens: {e}"
+            );
+            return stop_record(&audit, stop_written, exit::EX_CONFIG, stderr);
+        }
+    }
+
+    if let Err(e) = start_signal_thread(signals, Arc::clone(stop), Arc::clone(stop_written), log) {
+        say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
+        return stop_record(&audit, stop_written, exit::EX_SOFTWARE, stderr);
+    }
+    let spawner = match std::env::current_exe().and_then(|exe| Spawner::start(&exe)) {
+        Ok(spawner) => Arc::new(spawner),
+        Err(e) => {
+            say!(
+                stderr,
+                "Preflight failed: cannot start the command spawner: {e}"
+            );
+            return stop_record(&audit, stop_written, exit::EX_CONFIG, stderr);
+        }
+    };
+    let pool = match Pool::new(WORKERS) {
+        Ok(pool) => pool,
+        Err(e) => {
+            say!(
+                stderr,
+                "Preflight failed: cannot start the worker pool: {e}"
+            );
+            return stop_record(&audit, stop_written, exit::EX_CONFIG, stderr);
+        }
+    };
+    let kind = ConnectionKind::Data {
+        session_id: session_id.clone(),
+    };
+    let credentials = StoredCredentials::new(store);
+    let session = Session {
+        url: config.endpoints.session_url(&session_id),
+        session_id,
+        connector,
+        credentials: &credentials,
+        advertised: handshake::advertised_capabilities(&Gates::from_config(config), &kind),
+        identity,
+        probes: Probes::default(),
+        ceilings: Limits::from_config(config),
+        backoff: Backoff {
+            base: config.reconnect_base_delay,
+            max_delay: config.reconnect_max_delay,
+            jitter: config.reconnect_jitter_seconds,
+        },
+        audit: AuditSink::Log(audit.clone()),
+        log: log.clone(),
+        stop: Arc::clone(stop),
+        jail,
+        spawner,
+        host_env: Arc::new(host_env),
+        commands: Arc::new(MachineLimits::new(MachineLimitSettings::from_config(
+            config,
+        ))),
+        shell_enabled: config.enable_shell,
+        refuse_multilink_reads: config.refuse_multilink_reads,
+        umask,
+        audit_path: config.audit_log_path.clone(),
+    };
+
+    // Step 8.
+    let outcome = runtime::run(&session, &pool);
+    // Commands end with the spawner; workers are idle once `run` returned.
+    drop(session);
+    drop(pool);
+
+    // Step 9.
+    match outcome {
+        Outcome::Stopped => {
+            let code = stop_record(&audit, stop_written, exit::SUCCESS, stderr);
+            if code == exit::SUCCESS {
+                say!(stdout, "Shim stopped.");
+            }
+            code
+        }
+        Outcome::Terminal(reason) => {
+            log.warn("daemon", format!("not reconnecting: {reason}"));
+            stop_record(&audit, stop_written, exit::SUCCESS, stderr)
+        }
+        Outcome::AuthFailed(reason) => {
+            say!(stderr, "Authentication failed: {reason}");
+            stop_record(&audit, stop_written, exit::EX_NOPERM, stderr)
+        }
+        Outcome::Config(reason) => {
+            say!(stderr, "Preflight failed: {reason}");
+            stop_record(&audit, stop_written, exit::EX_CONFIG, stderr)
+        }
+        Outcome::AuditFailed => {
+            let why = audit
+                .failure()
+                .unwrap_or_else(|| "an audit record could not be written".into());
+            say!(
+                stderr,
+                "{PROGRAM}: stopping: the audit log failed ({why}); the shim refuses to run without its mandatory audit log"
+            );
+            exit::EX_CONFIG
+        }
+    }
+}
+
+/// Writes `SHIM_STOP` and returns `code`, or 78 when the record cannot be
+/// written (AUDIT.md §8.3); nothing is attempted after an earlier failure.
+fn stop_record(audit: &AuditLog, written: &AtomicBool, code: u8, stderr: &mut dyn Write) -> u8 {
+    if !audit.is_healthy() {
+        let why = audit.failure().unwrap_or_default();
+        say!(
+            stderr,
+            "{PROGRAM}: the audit log failed ({why}); SHIM_STOP was not written"
+        );
+        return exit::EX_CONFIG;
+    }
+    match audit.write(Entry::event(
+        "SHIM_STOP",
+        Details::new().with("reason", json!("graceful")),
+    )) {
+        Ok(_) => {
+            written.store(true, Ordering::SeqCst);
+            code
+        }
+        Err(e) => {
+            say!(
+                stderr,
+                "{PROGRAM}: the SHIM_STOP record could not be written: {e}"
+            );
+            exit::EX_CONFIG
+        }
+    }
+}
+
+/// Step 3: the store, the key and the writer. Nothing is written here.
+fn open_audit(
+    config: &Config,
+    session_id: &str,
+    env: &Environment,
+    log: &Log,
+    stderr: &mut dyn Write,
+) -> Result<(SecretStore, AuditLog, WriterThread), Refusal> {
+    let selected = SecretStore::select(&config.paths, env).map_err(|e| Refusal::secrets(&e))?;
+    if let Some(warning) = &selected.warning {
+        say!(stderr, "{PROGRAM}: {warning}");
+    }
+    let path = config.audit_log_path.clone();
+    let mut check =
+        |key: &crate::audit::AuditKey| match crate::audit::verify::last_record_verifies(&path, key)
+        {
+            Ok(None) => KeyCheck::NoRecords,
+            Ok(Some(true)) => KeyCheck::Verified,
+            Ok(Some(false)) => KeyCheck::Mismatch,
+            Err(why) => KeyCheck::Failed(why),
+        };
+    let (key, origin) = selected
+        .store
+        .audit_key_for_start(&mut check)
+        .map_err(|e| Refusal::secrets(&e))?;
+    let machine_id = config.machine_id().map_err(Refusal::preflight)?.to_owned();
+    let mut options = WriterOptions::new(config.audit_log_path.clone(), VERSION);
+    options.machine_id = Some(machine_id);
+    options.default_session = Some(session_id.to_owned());
+    if origin == KeyOrigin::Created {
+        // A new key cannot verify an existing chain: that file is closed off
+        // under its own name first (AUDIT.md §7.2).
+        options.rotate_on_open = Some(RotateReason::KeyChange);
+    }
+    let warn_log = log.clone();
+    options.warn = Arc::new(move |text: &str| warn_log.warn("audit", text));
+    let (audit, thread) = AuditLog::open(options, key).map_err(|e| {
+        Refusal::preflight(format!(
+            "the shim refuses to run without its mandatory audit log: {e}"
+        ))
+    })?;
+    if let Some(rotated) = audit.rotated_at_open() {
+        log.warn(
+            "audit",
+            format!(
+                "the previous audit log was closed off as {}",
+                rotated.display()
+            ),
+        );
+    }
+    Ok((selected.store, audit, thread))
+}
+
+/// The recording preview always refuses to start (CLI.md §4.2 step 4).
+fn refuse_recording(config: &Config, audit: AuditLog, stderr: &mut dyn Write) -> u8 {
+    let platform = config
+        .host
+        .platform()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|_| config.host.os_name.clone());
+    let hint = "Workflow recording is a design preview; remove enable_recording (or --enable-recording) to start the shim.";
+    let entry = Entry {
+        op: "DAEMON_PREFLIGHT_FAILED".into(),
+        request_id: Some(fresh_id()),
+        details: Details::new()
+            .with("missing_permissions", json!(["recording_preview_disabled"]))
+            .with("platform", json!(platform))
+            .with("hint", json!(hint)),
+        result: RecordOutcome {
+            ok: false,
+            exit_code: Some(i64::from(exit::EX_CONFIG)),
+            duration_ms: 0,
+            error_code: Some("CAPABILITY_NOT_GRANTED".into()),
+        },
+        session_id: None,
+    };
+    let written = audit.write(entry);
+    say!(
+        stderr,
+        "Preflight failed: workflow recording is a design preview; capture and interpretation are incomplete, so the shim does not start with enable_recording set."
+    );
+    if let Err(e) = written {
+        say!(
+            stderr,
+            "{PROGRAM}: the DAEMON_PREFLIGHT_FAILED record could not be written either: {e}"
+        );
+    }
+    exit::EX_CONFIG
+}
+
+/// The first SIGINT/SIGTERM asks the runtime to stop; a second one during
+/// shutdown exits at once (0 if `SHIM_STOP` is already durable, else 1).
+fn start_signal_thread(
+    signals: sys::SignalSet,
+    stop: Arc<AtomicBool>,
+    stop_written: Arc<AtomicBool>,
+    log: &Log,
+) -> std::io::Result<()> {
+    let log = log.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            loop {
+                let Ok(signal) = sys::wait_for_termination_signal(&signals) else {
+                    return;
+                };
+                if !stop.swap(true, Ordering::SeqCst) {
+                    log.info(
+                        "daemon",
+                        format!("signal {signal} received: stopping (send it again to exit now)"),
+                    );
+                    continue;
+                }
+                let code = if stop_written.load(Ordering::SeqCst) {
+                    exit::SUCCESS
+                } else {
+                    exit::NEGATIVE_RESULT
+                };
+                // Commands die with the spawner, which sees this process go.
+                std::process::exit(i32::from(code));
+            }
+        })
+        .map(|_| ())
+}
+
+/// The process umask, which new files are created under. Read by setting
+/// and restoring it while this is the only thread.
+fn read_umask() -> rustix::fs::Mode {
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    rustix::process::umask(old);
+    old
+}

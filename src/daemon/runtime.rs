@@ -1,0 +1,566 @@
+//! The life of one data session's connection (PROTOCOL.md §4, §11): open
+//! the WebSocket with the stored token, say HELLO, judge the HELLO_ACK,
+//! serve, and reconnect with backoff until a terminal condition or a local
+//! stop.
+//!
+//! This module owns the order of the connection's internal audit records
+//! (`WS_CONNECTED`, `CONFIG_RELOADED`, `SESSION_REVOKED`,
+//! `WS_DISCONNECTED`) and the reconnect decision. It never retries a
+//! terminal condition, never sends the token anywhere but the upgrade
+//! request of the configured URL, and stops at the first audit write that
+//! fails: from then on nothing is served and nothing more is written.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use zeroize::Zeroizing;
+
+use super::handlers::CommandGate;
+use super::handshake::{
+    self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
+};
+use super::link::{LinkIn, LinkOut};
+use super::pool::Pool;
+use super::session::{self, AuditSink, End, Setup};
+use crate::audit::{Details, Entry};
+use crate::exec::Spawner;
+use crate::jail::Jail;
+use crate::log::Log;
+use crate::protocol::{
+    self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
+    TerminalClose, classify_close,
+};
+use crate::secrets::SecretStore;
+use crate::transport::{Connector, Disposition, Incoming, Reader, TransportError, Writer};
+
+const COMPONENT: &str = "connection";
+
+/// The access token for the upgrade and what to do when it is refused.
+pub trait Credentials: Sync {
+    /// The stored access token, if any. An error is a store that cannot be
+    /// read right now (retried with backoff).
+    fn access_token(&self) -> Result<Option<Zeroizing<String>>, String>;
+
+    /// The upgrade with `rejected` got HTTP 401: the token to retry with
+    /// once, or why there is none (PROTOCOL.md §1.3).
+    fn renew(&self, rejected: Option<&Zeroizing<String>>) -> Renewal;
+}
+
+/// The outcome of [`Credentials::renew`].
+#[derive(Debug)]
+pub enum Renewal {
+    /// Retry the upgrade once, immediately, with this token.
+    Retry(Zeroizing<String>),
+    /// The renewal failed for now: reconnect with backoff.
+    Transient(String),
+    /// The stored credentials cannot work: terminal authentication failure.
+    Definitive(String),
+}
+
+/// Tokens from the secret store. Renewal is serialised by one lock shared by
+/// every connection of the process; inside it the stored access token is
+/// read again, and a token that differs from the refused one (rotated by
+/// `autogpt-shim auth` or by another connection) is used without asking
+/// the token endpoint.
+#[derive(Debug)]
+pub struct StoredCredentials {
+    store: SecretStore,
+    renewal: Mutex<()>,
+}
+
+impl StoredCredentials {
+    /// Tokens from `store`.
+    pub fn new(store: SecretStore) -> StoredCredentials {
+        StoredCredentials {
+            store,
+            renewal: Mutex::new(()),
+        }
+    }
+}
+
+impl Credentials for StoredCredentials {
+    fn access_token(&self) -> Result<Option<Zeroizing<String>>, String> {
+        match self.store.access_token() {
+            Ok(token) => Ok(token.map(|t| Zeroizing::new(t.expose().to_owned()))),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn renew(&self, rejected: Option<&Zeroizing<String>>) -> Renewal {
+        let _serialised = self
+            .renewal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.store.access_token() {
+            Ok(Some(current)) if rejected.is_none_or(|r| r.as_str() != current.expose()) => {
+                Renewal::Retry(Zeroizing::new(current.expose().to_owned()))
+            }
+            Ok(_) => Renewal::Definitive(
+                "the platform refused the stored access token (HTTP 401); run autogpt-shim auth"
+                    .into(),
+            ),
+            Err(e) => Renewal::Transient(format!("cannot read the stored access token: {e}")),
+        }
+    }
+}
+
+/// Everything a data session needs across its connections.
+pub struct Session<'a> {
+    /// The connect URL (`<ws base>/<pct(session id)>`).
+    pub url: String,
+    /// The session the `HELLO_ACK` must be bound to.
+    pub session_id: String,
+    /// Opens connections (trust anchors, pins, proxy).
+    pub connector: &'a Connector,
+    /// The upgrade's token.
+    pub credentials: &'a dyn Credentials,
+    /// `machine_id`, `display_name`, platform, arch.
+    pub identity: Identity,
+    /// What HELLO advertises.
+    pub advertised: Vec<Capability>,
+    /// Optional feature facts for HELLO.
+    pub probes: Probes,
+    /// The local ceilings of the negotiated limits.
+    pub ceilings: Limits,
+    /// Reconnect delays.
+    pub backoff: Backoff,
+    /// Where the records go.
+    pub audit: AuditSink,
+    /// Log lines.
+    pub log: Log,
+    /// Set by the signal thread: stop intake and end.
+    pub stop: Arc<AtomicBool>,
+    /// The pinned session root.
+    pub jail: Arc<Jail>,
+    /// Starts commands.
+    pub spawner: Arc<Spawner>,
+    /// The shim's environment captured at start.
+    pub host_env: Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+    /// The machine-wide command limits.
+    pub commands: Arc<dyn CommandGate + Send>,
+    /// The local `enable_shell` switch.
+    pub shell_enabled: bool,
+    /// `refuse_multilink_reads`.
+    pub refuse_multilink_reads: bool,
+    /// The process umask captured at start.
+    pub umask: rustix::fs::Mode,
+    /// The active audit log file.
+    pub audit_path: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("url", &self.url)
+            .field("session_id", &self.session_id)
+            .field("advertised", &self.advertised)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a session's runtime ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A local stop request.
+    Stopped,
+    /// A terminal protocol condition (PROTOCOL.md §11.2): no reconnect,
+    /// exit 0.
+    Terminal(String),
+    /// A terminal authentication failure: exit 77.
+    AuthFailed(String),
+    /// An audit record could not be written: exit 78, nothing more written.
+    AuditFailed,
+    /// The configuration cannot work (a refused URL, an unusable CA file):
+    /// exit 78.
+    Config(String),
+}
+
+/// What one attempt led to.
+enum Next {
+    /// Reconnect after `backoff(attempt)`, then count the attempt.
+    Backoff,
+    /// Reconnect after `backoff(0)` and start counting again (a normal
+    /// close).
+    Normal,
+    /// Retry the upgrade once, at once, with a renewed token.
+    Retry(Zeroizing<String>),
+    /// The runtime ends.
+    End(Outcome),
+}
+
+/// Runs the session until it ends.
+pub fn run(session: &Session<'_>, pool: &Pool) -> Outcome {
+    let mut attempt: u32 = 0;
+    let mut renewed: Option<Zeroizing<String>> = None;
+    loop {
+        if session.stop.load(Ordering::SeqCst) {
+            return Outcome::Stopped;
+        }
+        let next = match renewed.take() {
+            Some(token) => attempt_once(session, pool, Some(token), true, &mut attempt),
+            None => match session.credentials.access_token() {
+                Ok(token) => attempt_once(session, pool, token, false, &mut attempt),
+                Err(why) => {
+                    session
+                        .log
+                        .warn(COMPONENT, format!("cannot read the access token: {why}"));
+                    Next::Backoff
+                }
+            },
+        };
+        let delay = match next {
+            Next::End(outcome) => return outcome,
+            Next::Retry(token) => {
+                renewed = Some(token);
+                continue;
+            }
+            Next::Normal => {
+                attempt = 0;
+                session.backoff.delay(0, unit_random())
+            }
+            Next::Backoff => {
+                let delay = session.backoff.delay(attempt, unit_random());
+                attempt = attempt.saturating_add(1);
+                delay
+            }
+        };
+        session.log.info(
+            COMPONENT,
+            format!("reconnecting in {:.1} s", delay.as_secs_f64()),
+        );
+        if !pause(&session.stop, delay) {
+            return Outcome::Stopped;
+        }
+    }
+}
+
+/// One connection attempt: upgrade, handshake, serve.
+fn attempt_once(
+    session: &Session<'_>,
+    pool: &Pool,
+    token: Option<Zeroizing<String>>,
+    is_retry: bool,
+    attempt: &mut u32,
+) -> Next {
+    session
+        .log
+        .info(COMPONENT, format!("connecting to {}", session.url));
+    let connection = match session.connector.connect(&session.url, token.as_ref()) {
+        Ok(connection) => connection,
+        Err(e) => return upgrade_failed(session, &e, token.as_ref(), is_retry),
+    };
+    drop(token);
+    if !record(
+        session,
+        "WS_CONNECTED",
+        Details::new().with("url", json!(session.url)),
+    ) {
+        return Next::End(Outcome::AuditFailed);
+    }
+    let (mut reader, writer) = connection.split();
+    let negotiated = match handshake(session, &mut reader, &writer) {
+        Ok(negotiated) => negotiated,
+        Err(next) => return next,
+    };
+    let granted: Vec<String> = negotiated
+        .granted_as_sent
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    if !record(
+        session,
+        "CONFIG_RELOADED",
+        Details::new().with("granted_capabilities", json!(granted)),
+    ) {
+        let _ = writer.close(1000, "shutdown");
+        return Next::End(Outcome::AuditFailed);
+    }
+    // PROTOCOL.md §11.1: a successful handshake starts the count again.
+    *attempt = 0;
+    session.log.info(
+        COMPONENT,
+        format!(
+            "connected: session {}, granted [{}], max_concurrent {}",
+            session.session_id,
+            granted.join(", "),
+            negotiated.limits.max_concurrent
+        ),
+    );
+    let setup = Setup {
+        jail: Arc::clone(&session.jail),
+        spawner: Arc::clone(&session.spawner),
+        host_env: Arc::clone(&session.host_env),
+        commands: Arc::clone(&session.commands),
+        audit: session.audit.clone(),
+        granted,
+        max_concurrent: negotiated.limits.max_concurrent.get(),
+        command_timeout_seconds: negotiated.limits.command_timeout_seconds.get(),
+        max_file_size_bytes: negotiated.limits.max_file_size_bytes.get(),
+        shell_enabled: session.shell_enabled,
+        refuse_multilink_reads: session.refuse_multilink_reads,
+        umask: session.umask,
+        audit_path: session.audit_path.clone(),
+    };
+    let inbound = LinkIn::new(reader, writer.clone(), Arc::clone(&session.stop));
+    let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
+    connection_ended(session, end)
+}
+
+/// The upgrade failed: decide between renewal, backoff and a terminal end.
+fn upgrade_failed(
+    session: &Session<'_>,
+    error: &TransportError,
+    token: Option<&Zeroizing<String>>,
+    is_retry: bool,
+) -> Next {
+    session
+        .log
+        .warn(COMPONENT, format!("cannot connect: {error}"));
+    match error.disposition() {
+        Disposition::Config => Next::End(Outcome::Config(error.to_string())),
+        Disposition::Terminal => Next::End(Outcome::AuthFailed(format!(
+            "the platform refused the connection ({error}); run autogpt-shim auth"
+        ))),
+        Disposition::RefreshToken if is_retry => Next::End(Outcome::AuthFailed(format!(
+            "the platform refused the renewed access token ({error}); run autogpt-shim auth"
+        ))),
+        Disposition::RefreshToken => match session.credentials.renew(token) {
+            Renewal::Retry(token) => Next::Retry(token),
+            Renewal::Transient(why) => {
+                session.log.warn(COMPONENT, why);
+                disconnect(session, &error.audit_reason(), Next::Backoff)
+            }
+            Renewal::Definitive(why) => Next::End(Outcome::AuthFailed(why)),
+        },
+        Disposition::Transient => disconnect(session, &error.audit_reason(), Next::Backoff),
+    }
+}
+
+/// Steps 5–6 of PROTOCOL.md §4.1 and the judgement of §4.4.
+fn handshake(
+    session: &Session<'_>,
+    reader: &mut Reader,
+    writer: &Writer,
+) -> Result<handshake::Negotiated, Next> {
+    let kind = ConnectionKind::Data {
+        session_id: session.session_id.clone(),
+    };
+    let hello = handshake::build_hello(
+        &session.identity,
+        &kind,
+        Some(session.jail.root()),
+        &session.advertised,
+        session.probes.clone(),
+    );
+    let hello_id = session::fresh_id();
+    let frame = Frame::new(hello_id.clone(), session::now_ts(), Message::Hello(hello));
+    let text = match protocol::encode(&frame).map(String::from_utf8) {
+        Ok(Ok(text)) => text,
+        // Our own HELLO cannot be encoded: a bug, never retried.
+        _ => {
+            let _ = writer.close(1000, "");
+            return Err(disconnect(
+                session,
+                "loop_error: hello_encoding",
+                Next::End(Outcome::Terminal("cannot encode HELLO".into())),
+            ));
+        }
+    };
+    if text.len() > MAX_WEBSOCKET_MESSAGE_BYTES {
+        let close = ShimClose::HelloTooLarge;
+        let _ = writer.close(close.code(), close.reason());
+        return Err(disconnect(
+            session,
+            "loop_error: hello_too_large",
+            Next::End(Outcome::Terminal(close.reason().into())),
+        ));
+    }
+    if let Err(e) = writer.send_text(text) {
+        return Err(disconnect(session, &e.audit_reason(), Next::Backoff));
+    }
+    let input = match wait_for_ack(reader, &session.stop) {
+        Ok(Some(input)) => input,
+        Ok(None) => {
+            let _ = writer.close(1000, "shutdown");
+            return Err(disconnect(
+                session,
+                "clean_exit",
+                Next::End(Outcome::Stopped),
+            ));
+        }
+        Err(e) => return Err(disconnect(session, &e.audit_reason(), Next::Backoff)),
+    };
+    let failure = match handshake::check_ack(
+        &hello_id,
+        &kind,
+        &session.advertised,
+        session.ceilings,
+        input,
+    ) {
+        Ok(negotiated) => return Ok(negotiated),
+        Err(failure) => failure,
+    };
+    if let Some(close) = failure.close() {
+        let _ = writer.close(close.code(), close.reason());
+    }
+    let reason = failure.audit_reason();
+    session
+        .log
+        .warn(COMPONENT, format!("handshake refused: {reason}"));
+    if let Some(terminal) = failure.received_terminal() {
+        if !revoked_by_close(session, terminal) {
+            return Err(Next::End(Outcome::AuditFailed));
+        }
+    }
+    let next = match failure.after() {
+        AfterFailure::Reconnect => Next::Backoff,
+        AfterFailure::Terminal => {
+            Next::End(Outcome::Terminal(format!("handshake ended: {reason}")))
+        }
+        AfterFailure::TerminalAuthFailure => Next::End(Outcome::AuthFailed(
+            "the platform bound the connection to a different session".into(),
+        )),
+    };
+    Err(disconnect(session, &reason, next))
+}
+
+/// Reads the first frame after HELLO, for at most [`HELLO_ACK_WAIT`].
+/// `Ok(None)`: a local stop arrived first.
+fn wait_for_ack(
+    reader: &mut Reader,
+    stop: &AtomicBool,
+) -> Result<Option<AckInput>, TransportError> {
+    let deadline = Instant::now() + HELLO_ACK_WAIT;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        if Instant::now() >= deadline {
+            return Ok(Some(AckInput::TimedOut));
+        }
+        match reader.read()? {
+            Incoming::Message(bytes) => {
+                return Ok(Some(AckInput::received(protocol::decode(&bytes))));
+            }
+            Incoming::Closed(info) => {
+                return Ok(Some(AckInput::Closed {
+                    code: info.map(|i| i.code),
+                }));
+            }
+            Incoming::Pong(_) | Incoming::Idle => {}
+        }
+    }
+}
+
+/// After `serve`: the records and the reconnect decision of §11.
+fn connection_ended(session: &Session<'_>, end: End) -> Next {
+    match end {
+        End::Stopped => disconnect(session, "clean_exit", Next::End(Outcome::Stopped)),
+        End::AuditFailed => Next::End(Outcome::AuditFailed),
+        End::Revoked { reason } => {
+            session.log.warn(
+                COMPONENT,
+                format!("the platform revoked the session: {reason}"),
+            );
+            disconnect(
+                session,
+                &handshake::disconnect_reason(Some(ShimClose::SessionRevoked.code())),
+                Next::End(Outcome::Terminal(format!("session revoked: {reason}"))),
+            )
+        }
+        End::Failed(reason) => {
+            session
+                .log
+                .warn(COMPONENT, format!("connection lost: {reason}"));
+            disconnect(session, &reason, Next::Backoff)
+        }
+        End::Closed(code) => {
+            let reason = handshake::disconnect_reason(code);
+            session.log.info(
+                COMPONENT,
+                format!("the platform closed the connection ({reason})"),
+            );
+            let next = match classify_close(code) {
+                CloseAction::Terminal(terminal) => {
+                    if !revoked_by_close(session, terminal) {
+                        return Next::End(Outcome::AuditFailed);
+                    }
+                    Next::End(Outcome::Terminal(format!(
+                        "the platform ended the session ({})",
+                        terminal.label()
+                    )))
+                }
+                CloseAction::ReconnectNormal => Next::Normal,
+                CloseAction::ReconnectBackoff => Next::Backoff,
+            };
+            disconnect(session, &reason, next)
+        }
+    }
+}
+
+/// Writes `WS_DISCONNECTED {reason}` (PROTOCOL.md §11.4 step 5), then goes
+/// on with `next`; an unwritable record ends the runtime instead.
+fn disconnect(session: &Session<'_>, reason: &str, next: Next) -> Next {
+    if record(
+        session,
+        "WS_DISCONNECTED",
+        Details::new().with("reason", json!(reason)),
+    ) {
+        next
+    } else {
+        Next::End(Outcome::AuditFailed)
+    }
+}
+
+/// `SESSION_REVOKED {reason, source: "ws_close_code", close_code}` (§3.3).
+fn revoked_by_close(session: &Session<'_>, terminal: TerminalClose) -> bool {
+    record(
+        session,
+        "SESSION_REVOKED",
+        Details::new()
+            .with("reason", json!(terminal.audit_reason()))
+            .with("source", json!("ws_close_code"))
+            .with("close_code", json!(terminal.code())),
+    )
+}
+
+/// Writes an internal event and waits until it is durable.
+fn record(session: &Session<'_>, op: &str, details: Details) -> bool {
+    let ok = session.audit.write(Entry::event(op, details));
+    if !ok {
+        session.log.error(
+            COMPONENT,
+            format!("the {op} audit record could not be written"),
+        );
+    }
+    ok
+}
+
+/// Sleeps for `delay` unless a stop arrives first; false when stopped.
+pub fn pause(stop: &AtomicBool, delay: Duration) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// A uniform sample from `[0, 1)` for the backoff jitter. Without
+/// randomness the jitter is 0, which only makes reconnects less spread out.
+fn unit_random() -> f64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.0;
+    }
+    // 53 random bits: every value is exactly representable.
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}

@@ -1,0 +1,317 @@
+//! Runs the real `autogpt-shim start` binary against the platform emulator:
+//! an isolated home (config, state, encrypted token file, workspace), the
+//! child process with its output captured, and readers for the audit log it
+//! writes.
+//!
+//! The environment of the child is cleared and rebuilt, so no setting or
+//! keychain of the machine running the tests can leak in: without a D-Bus
+//! session the shim uses the encrypted-file store in the temporary home.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use autogpt_shim::secrets::{Passphrase, SecretStore, SecretString, TokenFile};
+use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, HelloAck};
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_autogpt-shim");
+pub const PASSPHRASE: &str = "correct horse battery staple";
+pub const ACCESS: &str = "access-token-e2e-7f3a9c";
+pub const REFRESH: &str = "refresh-token-e2e-51d0be";
+pub const SESSION: &str = "session-e2e-1";
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A temporary home for one shim.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub audit: PathBuf,
+}
+
+impl Home {
+    /// A home with a workspace and the tokens stored.
+    pub fn new() -> Home {
+        let home = Home::without_tokens();
+        home.store_tokens(ACCESS, REFRESH);
+        home
+    }
+
+    /// A home with a workspace and no tokens.
+    pub fn without_tokens() -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("workspace");
+        std::fs::create_dir(&root).unwrap();
+        let audit = dir.path().join("state/audit.log");
+        Home {
+            root: root.canonicalize().unwrap(),
+            audit,
+            dir,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.path().join("secrets")
+    }
+
+    /// Stores the tokens the way `auth` does, in the home's `tokens.enc`.
+    pub fn store_tokens(&self, access: &str, refresh: &str) {
+        let passphrase = Passphrase::new(PASSPHRASE.as_bytes().to_vec()).unwrap();
+        let file = TokenFile::new(self.secrets_dir(), passphrase);
+        let store = SecretStore::with_file(file, self.path().join("legacy-audit-key.enc"));
+        store
+            .store_tokens(
+                &SecretString::new(refresh.into()),
+                &SecretString::new(access.into()),
+            )
+            .unwrap();
+    }
+
+    /// The child's whole environment.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let p = |rel: &str| self.path().join(rel).to_str().unwrap().to_owned();
+        vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("HOME".into(), p("")),
+            ("XDG_CONFIG_HOME".into(), p("config")),
+            ("XDG_STATE_HOME".into(), p("state")),
+            ("AUTOGPT_SHIM_FALLBACK_DIR".into(), p("secrets")),
+            ("AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE".into(), PASSPHRASE.into()),
+            ("AUTOGPT_SHIM_MACHINE_ID".into(), "machine-e2e".into()),
+            (
+                "AUTOGPT_SHIM_ALLOWED_ROOT".into(),
+                self.root.to_str().unwrap().into(),
+            ),
+            (
+                "AUTOGPT_SHIM_AUDIT_LOG_PATH".into(),
+                self.audit.to_str().unwrap().into(),
+            ),
+            ("AUTOGPT_SHIM_RECONNECT_BASE_DELAY".into(), "0.05".into()),
+            ("AUTOGPT_SHIM_RECONNECT_MAX_DELAY".into(), "0.2".into()),
+            ("AUTOGPT_SHIM_RECONNECT_JITTER_SECONDS".into(), "0".into()),
+            ("TZ".into(), "UTC".into()),
+        ]
+    }
+
+    /// A command for the shim binary with this home's environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command.env_clear().envs(self.env()).args(args);
+        command
+    }
+
+    /// The audit log's records, in order.
+    pub fn records(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The `op` of every record, in order.
+    pub fn ops(&self) -> Vec<String> {
+        self.records()
+            .iter()
+            .map(|r| r["op"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Waits until a record with `op` exists; returns it.
+    pub fn wait_record(&self, op: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.records().into_iter().find(|r| r["op"] == op) {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {op} record; ops: {:?}",
+                self.ops()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `autogpt-shim audit verify` with this home: exit status and output.
+    pub fn verify(&self) -> (i32, String) {
+        let out = self.command(&["audit", "verify"]).output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    }
+
+    /// Every file the home holds, as one string (for secret scans).
+    pub fn all_text(&self) -> String {
+        fn walk(dir: &Path, out: &mut String) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if let Ok(bytes) = std::fs::read(&path) {
+                    out.push_str(&String::from_utf8_lossy(&bytes));
+                }
+            }
+        }
+        let mut out = String::new();
+        walk(self.path(), &mut out);
+        out
+    }
+}
+
+/// Output collected from a pipe by a background thread.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn collect(self, mut pipe: impl Read + Send + 'static) {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                self.0.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A running `autogpt-shim start`.
+pub struct Shim {
+    pub child: Child,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    status: Option<ExitStatus>,
+}
+
+impl Shim {
+    /// Starts `autogpt-shim [globals] start --session-id SESSION [extra]`
+    /// against `emulator`.
+    pub fn start(home: &Home, emulator: &Emulator, extra: &[&str]) -> Shim {
+        let platform = emulator.platform_url();
+        let mut args: Vec<&str> = vec!["--platform-url", &platform];
+        let ca;
+        if let Some(file) = emulator.ca_file() {
+            ca = file.to_str().unwrap().to_owned();
+            args.extend(["--ca-file", &ca]);
+        }
+        args.extend(["start", "--session-id", SESSION]);
+        args.extend(extra);
+        Shim::spawn(home.command(&args))
+    }
+
+    /// Starts an arbitrary command line of the binary.
+    pub fn spawn(mut command: Command) -> Shim {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let stdout = Captured::default();
+        let stderr = Captured::default();
+        stdout.clone().collect(child.stdout.take().unwrap());
+        stderr.clone().collect(child.stderr.take().unwrap());
+        Shim {
+            child,
+            stdout,
+            stderr,
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends `signal` (e.g. `libc`-free: 2 SIGINT, 15 SIGTERM).
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid()).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    /// Waits for the exit status; panics after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> i32 {
+        if let Some(status) = self.status {
+            return status.code().unwrap_or(-1);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.status = Some(status);
+                // Let the capture threads drain the pipes.
+                std::thread::sleep(Duration::from_millis(50));
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the shim did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                self.stdout.text(),
+                self.stderr.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Both streams, for assertions and failure messages.
+    pub fn output(&self) -> String {
+        format!(
+            "--- stdout\n{}--- stderr\n{}",
+            self.stdout.text(),
+            self.stderr.text()
+        )
+    }
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// An emulator over TLS that requires the stored access token.
+pub fn emulator() -> Emulator {
+    Emulator::start(EmulatorOptions::new().expect_token(ACCESS)).unwrap()
+}
+
+/// Accepts the shim's next connection and completes the handshake with
+/// `ack` (bound to [`SESSION`]); returns the connection and the HELLO.
+pub fn connect(emulator: &Emulator, ack: HelloAck) -> (Conn, Value) {
+    let conn = emulator
+        .accept(WAIT)
+        .expect("the shim did not connect to the emulator");
+    let hello = conn.expect_hello(WAIT);
+    conn.send_hello_ack(&ack.session_id(SESSION)).unwrap();
+    (conn, hello)
+}
+
+/// Polls `check` until it holds or `timeout` passes.
+pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
