@@ -6,6 +6,8 @@
 
 mod start_support;
 
+use std::time::Duration;
+
 use autogpt_shim_emulator::{Ending, HelloAck};
 use rustix::process::Signal;
 use serde_json::json;
@@ -80,4 +82,362 @@ fn start_connects_says_hello_and_stops_cleanly_on_sigterm() {
     assert_eq!(code, 0, "{text}");
     assert!(!home.all_text().contains(ACCESS));
     assert!(!shim.output().contains(ACCESS));
+}
+
+/// The records whose `op` is `op`.
+fn records_of(home: &Home, op: &str) -> Vec<serde_json::Value> {
+    home.records()
+        .into_iter()
+        .filter(|r| r["op"] == op)
+        .collect()
+}
+
+#[test]
+fn start_reconnects_after_the_emulator_drops_the_connection() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let (first, hello1) = connect(&emulator, HelloAck::new().grant(["files"]));
+    first.drop_tcp().unwrap();
+    let (second, hello2) = connect(&emulator, HelloAck::new().grant(["files"]));
+    assert_ne!(
+        hello1["id"], hello2["id"],
+        "every reconnect sends a fresh HELLO id"
+    );
+    let stat = second
+        .call("FILE_STAT", json!({"path": "."}), WAIT)
+        .unwrap();
+    assert_eq!(stat["type"], "FILE_STAT_RESPONSE", "{stat}");
+    shim.signal(Signal::INT);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    assert_eq!(records_of(&home, "WS_CONNECTED").len(), 2);
+    let disconnects = records_of(&home, "WS_DISCONNECTED");
+    let first_reason = disconnects[0]["details"]["reason"].as_str().unwrap();
+    assert!(first_reason.starts_with("loop_error: "), "{first_reason}");
+    assert_eq!(disconnects[1]["details"]["reason"], "clean_exit");
+    assert_eq!(home.verify().0, 0);
+}
+
+#[test]
+fn start_reconnects_after_a_normal_close() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let (first, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    first.close(1000, "maintenance").unwrap();
+    let (_second, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let disconnects = records_of(&home, "WS_DISCONNECTED");
+    assert_eq!(
+        disconnects[0]["details"]["reason"], "ws_closed_1000_unknown",
+        "{disconnects:?}"
+    );
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+}
+
+#[test]
+fn each_terminal_close_code_stops_the_shim_without_reconnecting() {
+    for (code, label) in [
+        (4426, "PROTOCOL_VERSION_MISMATCH"),
+        (4427, "SESSION_TAKEN_OVER"),
+        (4428, "SESSION_REVOKED"),
+        (4429, "PLATFORM_SHUTDOWN"),
+    ] {
+        let home = Home::new();
+        let emulator = emulator();
+        let mut shim = Shim::start(&home, &emulator, &[]);
+        let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+        conn.close(code, "bye").unwrap();
+        assert_eq!(shim.wait(WAIT), 0, "{code}: {}", shim.output());
+        let revoked = records_of(&home, "SESSION_REVOKED");
+        assert_eq!(
+            revoked[0]["details"],
+            json!({
+                "reason": label.to_ascii_lowercase(),
+                "source": "ws_close_code",
+                "close_code": code
+            }),
+            "{code}"
+        );
+        let ops = home.ops();
+        assert_eq!(
+            &ops[ops.len() - 3..],
+            ["SESSION_REVOKED", "WS_DISCONNECTED", "SHIM_STOP"],
+            "{code}"
+        );
+        assert_eq!(
+            records_of(&home, "WS_DISCONNECTED")[0]["details"]["reason"],
+            format!("ws_closed_{code}_{label}")
+        );
+        assert_eq!(emulator.attempts().len(), 1, "{code}: no reconnect");
+        assert!(!shim.stdout.text().contains("Shim stopped."));
+        assert_eq!(home.verify().0, 0);
+    }
+}
+
+#[test]
+fn terminal_close_while_waiting_for_hello_ack_is_audited_and_final() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let conn = emulator.accept(WAIT).unwrap();
+    conn.expect_hello(WAIT);
+    conn.close(4427, "taken over").unwrap();
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let revoked = records_of(&home, "SESSION_REVOKED");
+    assert_eq!(revoked[0]["details"]["source"], "ws_close_code");
+    assert_eq!(revoked[0]["details"]["close_code"], 4427);
+    assert!(!home.ops().contains(&"CONFIG_RELOADED".to_owned()));
+    assert_eq!(emulator.attempts().len(), 1);
+}
+
+#[test]
+fn session_revoked_frame_closes_with_4428_and_stops() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    conn.request(
+        "SESSION_REVOKED",
+        json!({"reason": "user_revoked", "new_shim_machine_id": "other-machine"}),
+    )
+    .unwrap();
+    assert!(
+        matches!(
+            conn.wait_closed(WAIT),
+            Some(Ending::ClosedByShim { code: Some(4428), ref reason }) if reason == "session_revoked"
+        ),
+        "{:?}",
+        conn.ending()
+    );
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let revoked = records_of(&home, "SESSION_REVOKED");
+    assert_eq!(
+        revoked[0]["details"],
+        json!({"reason": "user_revoked", "source": "frame", "new_shim_machine_id": "other-machine"})
+    );
+    assert_eq!(home.ops().last().unwrap(), "SHIM_STOP");
+    assert_eq!(emulator.attempts().len(), 1);
+}
+
+#[test]
+fn hello_ack_for_another_session_is_an_authentication_failure() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let conn = emulator.accept(WAIT).unwrap();
+    conn.expect_hello(WAIT);
+    conn.send_hello_ack(&HelloAck::new().grant(["files"]).session_id("someone-else"))
+        .unwrap();
+    assert!(
+        matches!(
+            conn.wait_closed(WAIT),
+            Some(Ending::ClosedByShim {
+                code: Some(4403),
+                ..
+            })
+        ),
+        "{:?}",
+        conn.ending()
+    );
+    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
+    assert!(shim.stderr.text().contains("Authentication failed: "));
+    assert_eq!(home.ops().last().unwrap(), "SHIM_STOP");
+    assert_eq!(emulator.attempts().len(), 1);
+}
+
+#[test]
+fn forbidden_upgrade_exits_77_without_retrying() {
+    let home = Home::new();
+    let emulator = autogpt_shim_emulator::Emulator::start(
+        autogpt_shim_emulator::EmulatorOptions::new()
+            .upgrades([autogpt_shim_emulator::UpgradeBehaviour::Status(403)]),
+    )
+    .unwrap();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
+    assert!(shim.stderr.text().contains("Authentication failed: "));
+    assert_eq!(emulator.attempts().len(), 1);
+    assert_eq!(home.ops(), ["SHIM_START", "SHIM_STOP"]);
+}
+
+#[test]
+fn refused_token_without_a_replacement_exits_77() {
+    let home = Home::new();
+    let emulator = autogpt_shim_emulator::Emulator::start(
+        autogpt_shim_emulator::EmulatorOptions::new().expect_token("a-token-we-do-not-have"),
+    )
+    .unwrap();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
+    assert!(shim.stderr.text().contains("run autogpt-shim auth"));
+    assert_eq!(emulator.attempts().len(), 1, "one refusal, no blind retry");
+    assert!(!shim.output().contains(ACCESS));
+}
+
+#[test]
+fn start_without_tokens_exits_77_and_records_start_and_stop() {
+    let home = Home::without_tokens();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
+    assert!(
+        shim.stderr
+            .text()
+            .contains("Authentication failed: not authenticated; run autogpt-shim auth"),
+        "{}",
+        shim.output()
+    );
+    assert_eq!(home.ops(), ["SHIM_START", "SHIM_STOP"]);
+    assert!(emulator.attempts().is_empty());
+}
+
+#[test]
+fn recording_preview_fails_closed_with_a_preflight_record() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &["--enable-recording"]);
+    assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+    let err = shim.stderr.text();
+    assert!(err.contains("Preflight failed: "), "{err}");
+    assert!(err.contains("design preview"), "{err}");
+    assert!(
+        err.contains("capture and interpretation are incomplete"),
+        "{err}"
+    );
+    let records = home.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record["op"], "DAEMON_PREFLIGHT_FAILED");
+    assert!(record["request_id"].is_string());
+    assert_eq!(
+        record["details"]["missing_permissions"],
+        json!(["recording_preview_disabled"])
+    );
+    assert_eq!(record["details"]["platform"], "linux");
+    assert_eq!(
+        record["result"],
+        json!({"ok": false, "exit_code": 78, "duration_ms": 0, "error_code": "CAPABILITY_NOT_GRANTED"})
+    );
+    assert!(emulator.attempts().is_empty());
+    let text = std::fs::read_to_string(&home.audit).unwrap();
+    assert!(text.contains("\"op\": \"DAEMON_PREFLIGHT_FAILED\""));
+}
+
+#[test]
+fn missing_allowed_root_is_refused_before_anything_is_written() {
+    let home = Home::new();
+    let emulator = emulator();
+    let missing = home.path().join("no-such-dir");
+    let mut command = home.command(&[
+        "--platform-url",
+        &emulator.platform_url(),
+        "--allowed-root",
+        missing.to_str().unwrap(),
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_CA_FILE", emulator.ca_file().unwrap());
+    let mut shim = Shim::spawn(command);
+    assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+    assert!(
+        shim.stderr.text().contains("does not exist"),
+        "{}",
+        shim.output()
+    );
+    assert!(!missing.exists());
+    assert!(!home.audit.exists());
+}
+
+#[test]
+fn home_directory_as_allowed_root_is_refused() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut command = home.command(&[
+        "--platform-url",
+        &emulator.platform_url(),
+        "--allowed-root",
+        home.path().to_str().unwrap(),
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_CA_FILE", emulator.ca_file().unwrap());
+    let mut shim = Shim::spawn(command);
+    assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+    assert!(
+        shim.stderr.text().contains("Preflight failed: "),
+        "{}",
+        shim.output()
+    );
+    assert!(emulator.attempts().is_empty());
+}
+
+#[test]
+fn second_daemon_on_the_same_audit_log_is_refused() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut first = Shim::start(&home, &emulator, &[]);
+    let (_conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let mut second = Shim::start(&home, &emulator, &[]);
+    assert_eq!(second.wait(WAIT), 78, "{}", second.output());
+    let err = second.stderr.text();
+    assert!(err.contains("mandatory audit log"), "{err}");
+    assert!(err.contains("in use by another shim process"), "{err}");
+    first.signal(Signal::TERM);
+    assert_eq!(first.wait(WAIT), 0, "{}", first.output());
+    assert_eq!(records_of(&home, "SHIM_START").len(), 1);
+    assert_eq!(home.verify().0, 0);
+}
+
+#[test]
+fn second_signal_during_shutdown_exits_at_once() {
+    let home = Home::new();
+    let emulator = autogpt_shim_emulator::Emulator::start(
+        autogpt_shim_emulator::EmulatorOptions::new().upgrades([
+            autogpt_shim_emulator::UpgradeBehaviour::Hang(Duration::from_secs(60)),
+        ]),
+    )
+    .unwrap();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    // The upgrade hangs: the first signal cannot end the connect at once.
+    assert!(eventually(WAIT, || shim
+        .stderr
+        .text()
+        .contains("connecting to")));
+    std::thread::sleep(Duration::from_millis(300));
+    shim.signal(Signal::TERM);
+    std::thread::sleep(Duration::from_millis(300));
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(Duration::from_secs(5)), 1, "{}", shim.output());
+    assert_eq!(home.ops(), ["SHIM_START"]);
+}
+
+#[test]
+fn renewal_uses_a_token_rotated_in_the_store_and_refuses_the_same_one() {
+    use autogpt_shim::daemon::runtime::{Credentials, Renewal, StoredCredentials};
+    use autogpt_shim::secrets::{Passphrase, SecretStore, TokenFile};
+    use zeroize::Zeroizing;
+    let home = Home::new();
+    let store = || {
+        SecretStore::with_file(
+            TokenFile::new(
+                home.secrets_dir(),
+                Passphrase::new(PASSPHRASE.as_bytes().to_vec()).unwrap(),
+            ),
+            home.path().join("legacy"),
+        )
+    };
+    let credentials = StoredCredentials::new(store());
+    let old = Zeroizing::new(ACCESS.to_owned());
+    assert!(matches!(
+        credentials.renew(Some(&old)),
+        Renewal::Definitive(_)
+    ));
+    home.store_tokens("rotated-access", REFRESH);
+    match credentials.renew(Some(&old)) {
+        Renewal::Retry(token) => assert_eq!(token.as_str(), "rotated-access"),
+        other => panic!("{other:?}"),
+    }
 }

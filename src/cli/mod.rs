@@ -38,9 +38,10 @@ pub fn main() -> ExitCode {
     if let Some(code) = crate::exec::spawner::run_if_requested(&args) {
         return ExitCode::from(code);
     }
-    let stdout = io::stdout();
-    let stderr = io::stderr();
-    let code = run(args, &mut stdout.lock(), &mut stderr.lock());
+    // Unlocked handles: each write takes the stream's lock only for itself.
+    // Holding the locks for the whole command would block every other
+    // thread that logs (the daemon's signal and worker threads) for good.
+    let code = run(args, &mut io::stdout(), &mut io::stderr());
     ExitCode::from(code)
 }
 
