@@ -8,7 +8,7 @@ mod start_support;
 
 use std::time::Duration;
 
-use autogpt_shim_emulator::{Ending, HelloAck};
+use autogpt_shim_emulator::{AttemptOutcome, Ending, HelloAck};
 use rustix::process::Signal;
 use serde_json::json;
 use start_support::*;
@@ -440,4 +440,67 @@ fn renewal_uses_a_token_rotated_in_the_store_and_refuses_the_same_one() {
         Renewal::Retry(token) => assert_eq!(token.as_str(), "rotated-access"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn missing_hello_ack_fails_the_attempt_after_ten_seconds_and_reconnects() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let silent = emulator.accept(WAIT).unwrap();
+    silent.expect_hello(WAIT);
+    let started = std::time::Instant::now();
+    let (_conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(9), "{waited:?}");
+    assert!(matches!(
+        silent.wait_closed(WAIT),
+        Some(Ending::ClosedByShim {
+            code: Some(1000),
+            ..
+        })
+    ));
+    assert_eq!(
+        records_of(&home, "WS_DISCONNECTED")[0]["details"]["reason"],
+        "loop_error: HelloAckTimeout"
+    );
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+}
+
+#[test]
+fn pin_mismatch_is_audited_retried_and_never_sends_the_token() {
+    let home = Home::new();
+    let emulator = emulator();
+    let wrong_pin = "00".repeat(32);
+    let mut command = home.command(&[
+        "--platform-url",
+        &emulator.platform_url(),
+        "--ca-file",
+        emulator.ca_file().unwrap().to_str().unwrap(),
+        "--tls-pin-sha256",
+        &wrong_pin,
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.05");
+    let mut shim = Shim::spawn(command);
+    let attempts = emulator.wait_attempts(2, WAIT);
+    assert!(attempts.len() >= 2, "retried with backoff: {attempts:?}");
+    for attempt in &attempts {
+        assert!(
+            matches!(attempt.outcome, AttemptOutcome::TlsFailed(_)),
+            "{attempt:?}"
+        );
+        assert_eq!(attempt.authorization, None);
+    }
+    assert!(eventually(WAIT, || {
+        records_of(&home, "WS_DISCONNECTED")
+            .iter()
+            .any(|r| r["details"]["reason"] == "tls_pin_mismatch")
+    }));
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    assert!(!home.ops().contains(&"WS_CONNECTED".to_owned()));
 }
