@@ -37,6 +37,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod exec;
 pub mod exit;

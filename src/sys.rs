@@ -2,8 +2,9 @@
 //! and `rustix` do not cover: blocking the termination signals in a thread
 //! and waiting for one of them (`audit tail`, later `start`), so that a
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
-//! default action of killing the process; and the pre-exec hook that puts
-//! a command in its own session and working directory (EXEC.md §6).
+//! default action of killing the process; the pre-exec hook that puts a
+//! command in its own session and working directory (EXEC.md §6); and the
+//! inode-generation query that folder identities use (CONTROL.md §6).
 //!
 //! This is the one module allowed `unsafe` (CLI.md §4.2 hardening note:
 //! SIGTERM is what service managers send). Every block carries a `SAFETY`
@@ -258,4 +259,33 @@ fn cloexec_from(first: libc::c_uint) {
             libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
         );
     }
+}
+
+/// The inode generation number of the open file `fd` (`FS_IOC_GETVERSION`),
+/// or `None` where the filesystem does not keep one (tmpfs, most network
+/// filesystems). Used to tell a folder recreated with a reused inode number
+/// from the original (CONTROL.md §6 hardening note). `fd` must be a real
+/// descriptor, not an `O_PATH` one.
+#[cfg(target_os = "linux")]
+pub fn inode_generation(fd: BorrowedFd<'_>) -> Option<u64> {
+    // _IOR('v', 1, long): the kernel writes a `long`-sized value.
+    const FS_IOC_GETVERSION: libc::c_ulong =
+        0x8000_7601 | ((std::mem::size_of::<libc::c_long>() as libc::c_ulong) << 16);
+    let mut generation: libc::c_long = 0;
+    // SAFETY: `fd` is an open descriptor borrowed for the call; the request
+    // writes exactly one `c_long` into `generation`, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_GETVERSION as _, &mut generation) };
+    if rc != 0 {
+        return None;
+    }
+    // Filesystems store a 32-bit generation; ext4 writes only an `int`
+    // into the buffer, which on the little-endian targets this shim runs
+    // on (x86_64, arm64) lands in the low half of the zeroed long.
+    Some(generation as u64 & 0xffff_ffff)
+}
+
+/// Other systems expose no generation number through this interface.
+#[cfg(not(target_os = "linux"))]
+pub fn inode_generation(_fd: BorrowedFd<'_>) -> Option<u64> {
+    None
 }

@@ -1,0 +1,12 @@
+//! Machine control mode (CONTROL.md): the control connection's browsing,
+//! root grants, session bindings and per-chat child runtimes.
+//!
+//! * [`grant`] — the fingerprint and root-grant token, byte for byte (pure).
+//! * [`folder`] — which folders may be chosen, and their live identity.
+//!
+//! Nothing here widens what a child runtime may touch: a child's root comes
+//! only from a folder the user picked through a reference the shim minted,
+//! or from a grant the shim signed and re-verified against the live folder.
+
+pub mod folder;
+pub mod grant;
