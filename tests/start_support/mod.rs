@@ -203,6 +203,17 @@ impl Shim {
     /// Starts `autogpt-shim [globals] start --session-id SESSION [extra]`
     /// against `emulator`.
     pub fn start(home: &Home, emulator: &Emulator, extra: &[&str]) -> Shim {
+        Shim::start_with_env(home, emulator, &[], extra)
+    }
+
+    /// [`Shim::start`] with additional environment variables (e.g. a
+    /// `AUTOGPT_SHIM_<KEY>` setting) on top of the home's environment.
+    pub fn start_with_env(
+        home: &Home,
+        emulator: &Emulator,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Shim {
         let platform = emulator.platform_url();
         let mut args: Vec<&str> = vec!["--platform-url", &platform];
         let ca;
@@ -212,7 +223,9 @@ impl Shim {
         }
         args.extend(["start", "--session-id", SESSION]);
         args.extend(extra);
-        Shim::spawn(home.command(&args))
+        let mut command = home.command(&args);
+        command.envs(env.iter().copied());
+        Shim::spawn(command)
     }
 
     /// Starts an arbitrary command line of the binary.
