@@ -277,6 +277,10 @@ fn locally_disabled_shell_refuses_even_when_granted() {
     fx.request("c1", "EXECUTE_COMMAND", json!({"command": "touch ran"}));
     let e = fx.reply("c1");
     assert_eq!(e["payload"]["code"], "CAPABILITY_NOT_GRANTED");
+    assert_eq!(
+        e["payload"]["message"],
+        "Shell execution is disabled. Restart the shim with --enable-shell to opt in."
+    );
     assert!(!fx.root.join("ran").exists());
     assert!(fx.audit_ops().is_empty());
     fx.finish();

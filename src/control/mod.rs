@@ -3,6 +3,7 @@
 //!
 //! * [`grant`] — the fingerprint and root-grant token, byte for byte (pure).
 //! * [`folder`] — which folders may be chosen, and their live identity.
+//! * [`names`] — which directory names may be shown, and their sort order.
 //!
 //! Nothing here widens what a child runtime may touch: a child's root comes
 //! only from a folder the user picked through a reference the shim minted,
@@ -10,3 +11,5 @@
 
 pub mod folder;
 pub mod grant;
+pub mod names;
+mod unicode_tables;

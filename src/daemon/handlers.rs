@@ -84,6 +84,20 @@ pub fn not_granted(capability: &str, granted: &[String]) -> Message {
     )
 }
 
+/// EXEC.md §1 step 2: the local switch is off, whatever the platform
+/// granted.
+pub fn shell_disabled(granted: &[String]) -> Message {
+    match not_granted("shell", granted) {
+        Message::Error(mut payload) => {
+            payload.message =
+                "Shell execution is disabled. Restart the shim with --enable-shell to opt in."
+                    .into();
+            Message::Error(payload)
+        }
+        other => other,
+    }
+}
+
 /// Runs one data-plane request. `granted` is the connection's granted set
 /// (for the details of a local refusal).
 pub fn handle(
@@ -159,7 +173,7 @@ fn command(
     // Step 1: no record.
     if !ctx.shell_enabled {
         return Handled {
-            reply: Some(not_granted("shell", granted)),
+            reply: Some(shell_disabled(granted)),
             audit: None,
             leftover_group: None,
         };
