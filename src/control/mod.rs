@@ -1,6 +1,8 @@
 //! Machine control mode (CONTROL.md): the control connection's browsing,
 //! root grants, session bindings and per-chat child runtimes.
 //!
+//! * [`browse`] — browses, opaque references and cursors, one listing page
+//!   at a time.
 //! * [`grant`] — the fingerprint and root-grant token, byte for byte (pure).
 //! * [`folder`] — which folders may be chosen, and their live identity.
 //! * [`names`] — which directory names may be shown, and their sort order.
@@ -9,6 +11,7 @@
 //! only from a folder the user picked through a reference the shim minted,
 //! or from a grant the shim signed and re-verified against the live folder.
 
+pub mod browse;
 pub mod folder;
 pub mod grant;
 pub mod names;
