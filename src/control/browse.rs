@@ -347,11 +347,11 @@ fn scan(dir: &Path) -> Result<(Vec<Reference>, bool), BrowseError> {
         Mode::empty(),
     )
     .map_err(|_| unavailable.clone())?;
-    let mut reader = rustix::fs::Dir::read_from(&fd).map_err(|_| unavailable.clone())?;
+    let reader = rustix::fs::Dir::read_from(&fd).map_err(|_| unavailable.clone())?;
     let mut kept = Vec::new();
     let mut counted = 0usize;
     let mut truncated = false;
-    while let Some(entry) = reader.next() {
+    for entry in reader {
         let entry = entry.map_err(|_| unavailable.clone())?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
@@ -472,12 +472,15 @@ fn real_subdirectories(dir: &Path) -> Vec<PathBuf> {
     ) else {
         return Vec::new();
     };
-    let Ok(mut reader) = rustix::fs::Dir::read_from(&fd) else {
+    let Ok(reader) = rustix::fs::Dir::read_from(&fd) else {
         return Vec::new();
     };
     let mut found = Vec::new();
     let mut counted = 0usize;
-    while let Some(Ok(entry)) = reader.next() {
+    for entry in reader {
+        let Ok(entry) = entry else {
+            break;
+        };
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
             continue;
