@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
 use autogpt_shim::daemon::handlers::CommandGate;
 use autogpt_shim::daemon::pool::{Pool, WORKERS};
-use autogpt_shim::daemon::session::{self, AuditSink, End, Ended, Inbound, Outbound, Setup};
+use autogpt_shim::daemon::session::{
+    self, AuditSink, DataPlane, End, Ended, Inbound, Outbound, Serving, Setup,
+};
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::{Jail, JailOptions};
 use crossbeam_channel::{Receiver, Sender, unbounded};
@@ -100,21 +102,25 @@ fn setup_limited(
     )
     .unwrap();
     let setup = Setup {
-        jail: Arc::new(Jail::pin(&root, JailOptions::default()).unwrap()),
-        spawner: Arc::new(
-            Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
-        ),
-        host_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
-        commands,
+        serving: Serving::Data(DataPlane {
+            jail: Arc::new(Jail::pin(&root, JailOptions::default()).unwrap()),
+            spawner: Arc::new(
+                Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
+            ),
+            host_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
+            commands,
+            shell_enabled,
+            refuse_multilink_reads: false,
+            umask: rustix::fs::Mode::from_raw_mode(0o022),
+        }),
         audit: AuditSink::Log(log.clone()),
         granted: granted.iter().map(|g| (*g).to_owned()).collect(),
         max_concurrent,
         command_timeout_seconds: 30,
         max_file_size_bytes: 10 << 20,
-        shell_enabled,
-        refuse_multilink_reads: false,
-        umask: rustix::fs::Mode::from_raw_mode(0o022),
         audit_path: audit_path.clone(),
+        activity: None,
+        machine_pool: None,
     };
     (setup, log, root, audit_path)
 }

@@ -24,8 +24,8 @@ use crate::config::{Config, Environment, Mode, Overrides};
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
 use crate::daemon::limits::{MachineLimitSettings, MachineLimits};
 use crate::daemon::pool::{Pool, WORKERS};
-use crate::daemon::runtime::{self, Outcome, Session, StoredCredentials};
-use crate::daemon::session::{AuditSink, fresh_id};
+use crate::daemon::runtime::{self, DataSession, Outcome, Session, StoredCredentials};
+use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exit;
 use crate::jail::roots;
@@ -292,12 +292,26 @@ fn serve(s: Serve<'_>) -> u8 {
     let kind = ConnectionKind::Data {
         session_id: session_id.clone(),
     };
-    let credentials = StoredCredentials::new(store);
+    let plane = DataSession {
+        session_id: session_id.clone(),
+        data: DataPlane {
+            jail,
+            spawner,
+            host_env: Arc::new(host_env),
+            commands: Arc::new(MachineLimits::new(MachineLimitSettings::from_config(
+                config,
+            ))),
+            shell_enabled: config.enable_shell,
+            refuse_multilink_reads: config.refuse_multilink_reads,
+            umask,
+        },
+        activity: None,
+        machine_pool: None,
+    };
     let session = Session {
         url: config.endpoints.session_url(&session_id),
-        session_id,
-        connector,
-        credentials: &credentials,
+        connector: Arc::new(connector.clone()),
+        credentials: Arc::new(StoredCredentials::new(store)),
         advertised: handshake::advertised_capabilities(&Gates::from_config(config), &kind),
         identity,
         probes: Probes::default(),
@@ -310,16 +324,8 @@ fn serve(s: Serve<'_>) -> u8 {
         audit: AuditSink::Log(audit.clone()),
         log: log.clone(),
         stop: Arc::clone(stop),
-        jail,
-        spawner,
-        host_env: Arc::new(host_env),
-        commands: Arc::new(MachineLimits::new(MachineLimitSettings::from_config(
-            config,
-        ))),
-        shell_enabled: config.enable_shell,
-        refuse_multilink_reads: config.refuse_multilink_reads,
-        umask,
         audit_path: config.audit_log_path.clone(),
+        plane: Arc::new(plane),
     };
 
     // Step 8.
@@ -341,7 +347,7 @@ fn serve(s: Serve<'_>) -> u8 {
             log.warn("daemon", format!("not reconnecting: {reason}"));
             stop_record(&audit, stop_written, exit::SUCCESS, stderr)
         }
-        Outcome::AuthFailed(reason) => {
+        Outcome::AuthFailed(reason) | Outcome::CredentialsRefused(reason) => {
             say!(stderr, "Authentication failed: {reason}");
             stop_record(&audit, stop_written, exit::EX_NOPERM, stderr)
         }

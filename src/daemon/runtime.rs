@@ -18,16 +18,14 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use zeroize::Zeroizing;
 
-use super::handlers::CommandGate;
 use super::handshake::{
     self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
 };
+use super::limits::WorkPool;
 use super::link::{LinkIn, LinkOut};
 use super::pool::Pool;
-use super::session::{self, AuditSink, End, Setup};
+use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
 use crate::audit::{Details, Entry};
-use crate::exec::Spawner;
-use crate::jail::Jail;
 use crate::log::Log;
 use crate::protocol::{
     self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
@@ -107,16 +105,76 @@ impl Credentials for StoredCredentials {
     }
 }
 
-/// Everything a data session needs across its connections.
-pub struct Session<'a> {
-    /// The connect URL (`<ws base>/<pct(session id)>`).
-    pub url: String,
-    /// The session the `HELLO_ACK` must be bound to.
+/// What distinguishes the control connection from a data connection to
+/// the connection lifecycle.
+pub trait Plane: Send + Sync {
+    /// The connection's kind (the session the `HELLO_ACK` must name).
+    fn kind(&self) -> ConnectionKind;
+    /// `HELLO.allowed_root`.
+    fn hello_root(&self) -> Option<String>;
+    /// After the upgrade, before HELLO (CONTROL.md §3.4 on the control
+    /// connection).
+    fn on_connected(&self) {}
+    /// After an accepted `HELLO_ACK`.
+    fn on_negotiated(&self, _negotiated: &handshake::Negotiated) {}
+    /// What the connection's requests run against.
+    fn serving(&self) -> Serving;
+    /// Idle tracking (child runtimes).
+    fn activity(&self) -> Option<Arc<Activity>> {
+        None
+    }
+    /// The machine-wide work pool (child runtimes).
+    fn machine_pool(&self) -> Option<Arc<WorkPool>> {
+        None
+    }
+}
+
+/// A data connection for one session: the legacy daemon or a child
+/// runtime.
+#[derive(Debug)]
+pub struct DataSession {
+    /// The session.
     pub session_id: String,
+    /// Root, spawner, switches.
+    pub data: DataPlane,
+    /// Idle tracking (child runtimes only).
+    pub activity: Option<Arc<Activity>>,
+    /// The machine-wide work pool (child runtimes only).
+    pub machine_pool: Option<Arc<WorkPool>>,
+}
+
+impl Plane for DataSession {
+    fn kind(&self) -> ConnectionKind {
+        ConnectionKind::Data {
+            session_id: self.session_id.clone(),
+        }
+    }
+
+    fn hello_root(&self) -> Option<String> {
+        Some(self.data.jail.root().to_owned())
+    }
+
+    fn serving(&self) -> Serving {
+        Serving::Data(self.data.clone())
+    }
+
+    fn activity(&self) -> Option<Arc<Activity>> {
+        self.activity.clone()
+    }
+
+    fn machine_pool(&self) -> Option<Arc<WorkPool>> {
+        self.machine_pool.clone()
+    }
+}
+
+/// Everything a runtime needs across its connections.
+pub struct Session {
+    /// The connect URL.
+    pub url: String,
     /// Opens connections (trust anchors, pins, proxy).
-    pub connector: &'a Connector,
+    pub connector: Arc<Connector>,
     /// The upgrade's token.
-    pub credentials: &'a dyn Credentials,
+    pub credentials: Arc<dyn Credentials + Send>,
     /// `machine_id`, `display_name`, platform, arch.
     pub identity: Identity,
     /// What HELLO advertises.
@@ -131,31 +189,19 @@ pub struct Session<'a> {
     pub audit: AuditSink,
     /// Log lines.
     pub log: Log,
-    /// Set by the signal thread: stop intake and end.
+    /// Set to stop intake and end.
     pub stop: Arc<AtomicBool>,
-    /// The pinned session root.
-    pub jail: Arc<Jail>,
-    /// Starts commands.
-    pub spawner: Arc<Spawner>,
-    /// The shim's environment captured at start.
-    pub host_env: Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
-    /// The machine-wide command limits.
-    pub commands: Arc<dyn CommandGate + Send>,
-    /// The local `enable_shell` switch.
-    pub shell_enabled: bool,
-    /// `refuse_multilink_reads`.
-    pub refuse_multilink_reads: bool,
-    /// The process umask captured at start.
-    pub umask: rustix::fs::Mode,
     /// The active audit log file.
     pub audit_path: std::path::PathBuf,
+    /// Control or data.
+    pub plane: Arc<dyn Plane>,
 }
 
-impl std::fmt::Debug for Session<'_> {
+impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("url", &self.url)
-            .field("session_id", &self.session_id)
+            .field("kind", &self.plane.kind())
             .field("advertised", &self.advertised)
             .finish_non_exhaustive()
     }
@@ -169,8 +215,12 @@ pub enum Outcome {
     /// A terminal protocol condition (PROTOCOL.md §11.2): no reconnect,
     /// exit 0.
     Terminal(String),
-    /// A terminal authentication failure: exit 77.
+    /// A terminal authentication failure of this connection: exit 77 (a
+    /// child runtime ends alone).
     AuthFailed(String),
+    /// The stored credentials are unusable for every connection (a
+    /// definitive renewal refusal): the whole daemon exits 77.
+    CredentialsRefused(String),
     /// An audit record could not be written: exit 78, nothing more written.
     AuditFailed,
     /// The configuration cannot work (a refused URL, an unusable CA file):
@@ -192,7 +242,7 @@ enum Next {
 }
 
 /// Runs the session until it ends.
-pub fn run(session: &Session<'_>, pool: &Pool) -> Outcome {
+pub fn run(session: &Session, pool: &Pool) -> Outcome {
     let mut attempt: u32 = 0;
     let mut renewed: Option<Zeroizing<String>> = None;
     loop {
@@ -239,7 +289,7 @@ pub fn run(session: &Session<'_>, pool: &Pool) -> Outcome {
 
 /// One connection attempt: upgrade, handshake, serve.
 fn attempt_once(
-    session: &Session<'_>,
+    session: &Session,
     pool: &Pool,
     token: Option<Zeroizing<String>>,
     is_retry: bool,
@@ -260,6 +310,7 @@ fn attempt_once(
     ) {
         return Next::End(Outcome::AuditFailed);
     }
+    session.plane.on_connected();
     let (mut reader, writer) = connection.split();
     let negotiated = match handshake(session, &mut reader, &writer) {
         Ok(negotiated) => negotiated,
@@ -283,35 +334,40 @@ fn attempt_once(
     session.log.info(
         COMPONENT,
         format!(
-            "connected: session {}, granted [{}], max_concurrent {}",
-            session.session_id,
+            "connected ({}): granted [{}], max_concurrent {}",
+            describe(&session.plane.kind()),
             granted.join(", "),
             negotiated.limits.max_concurrent
         ),
     );
+    session.plane.on_negotiated(&negotiated);
     let setup = Setup {
-        jail: Arc::clone(&session.jail),
-        spawner: Arc::clone(&session.spawner),
-        host_env: Arc::clone(&session.host_env),
-        commands: Arc::clone(&session.commands),
+        serving: session.plane.serving(),
         audit: session.audit.clone(),
         granted,
         max_concurrent: negotiated.limits.max_concurrent.get(),
         command_timeout_seconds: negotiated.limits.command_timeout_seconds.get(),
         max_file_size_bytes: negotiated.limits.max_file_size_bytes.get(),
-        shell_enabled: session.shell_enabled,
-        refuse_multilink_reads: session.refuse_multilink_reads,
-        umask: session.umask,
         audit_path: session.audit_path.clone(),
+        activity: session.plane.activity(),
+        machine_pool: session.plane.machine_pool(),
     };
     let inbound = LinkIn::new(reader, writer.clone(), Arc::clone(&session.stop));
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
     connection_ended(session, end)
 }
 
+/// A connection's kind for log lines.
+fn describe(kind: &ConnectionKind) -> String {
+    match kind {
+        ConnectionKind::Control => "machine control".into(),
+        ConnectionKind::Data { session_id } => format!("session {session_id}"),
+    }
+}
+
 /// The upgrade failed: decide between renewal, backoff and a terminal end.
 fn upgrade_failed(
-    session: &Session<'_>,
+    session: &Session,
     error: &TransportError,
     token: Option<&Zeroizing<String>>,
     is_retry: bool,
@@ -333,7 +389,7 @@ fn upgrade_failed(
                 session.log.warn(COMPONENT, why);
                 disconnect(session, &error.audit_reason(), Next::Backoff)
             }
-            Renewal::Definitive(why) => Next::End(Outcome::AuthFailed(why)),
+            Renewal::Definitive(why) => Next::End(Outcome::CredentialsRefused(why)),
         },
         Disposition::Transient => disconnect(session, &error.audit_reason(), Next::Backoff),
     }
@@ -341,17 +397,16 @@ fn upgrade_failed(
 
 /// Steps 5–6 of PROTOCOL.md §4.1 and the judgement of §4.4.
 fn handshake(
-    session: &Session<'_>,
+    session: &Session,
     reader: &mut Reader,
     writer: &Writer,
 ) -> Result<handshake::Negotiated, Next> {
-    let kind = ConnectionKind::Data {
-        session_id: session.session_id.clone(),
-    };
+    let kind = session.plane.kind();
+    let root = session.plane.hello_root();
     let hello = handshake::build_hello(
         &session.identity,
         &kind,
-        Some(session.jail.root()),
+        root.as_deref(),
         &session.advertised,
         session.probes.clone(),
     );
@@ -456,7 +511,7 @@ fn wait_for_ack(
 }
 
 /// After `serve`: the records and the reconnect decision of §11.
-fn connection_ended(session: &Session<'_>, end: End) -> Next {
+fn connection_ended(session: &Session, end: End) -> Next {
     match end {
         End::Stopped => disconnect(session, "clean_exit", Next::End(Outcome::Stopped)),
         End::AuditFailed => Next::End(Outcome::AuditFailed),
@@ -503,7 +558,7 @@ fn connection_ended(session: &Session<'_>, end: End) -> Next {
 
 /// Writes `WS_DISCONNECTED {reason}` (PROTOCOL.md §11.4 step 5), then goes
 /// on with `next`; an unwritable record ends the runtime instead.
-fn disconnect(session: &Session<'_>, reason: &str, next: Next) -> Next {
+fn disconnect(session: &Session, reason: &str, next: Next) -> Next {
     if record(
         session,
         "WS_DISCONNECTED",
@@ -516,7 +571,7 @@ fn disconnect(session: &Session<'_>, reason: &str, next: Next) -> Next {
 }
 
 /// `SESSION_REVOKED {reason, source: "ws_close_code", close_code}` (§3.3).
-fn revoked_by_close(session: &Session<'_>, terminal: TerminalClose) -> bool {
+fn revoked_by_close(session: &Session, terminal: TerminalClose) -> bool {
     record(
         session,
         "SESSION_REVOKED",
@@ -528,7 +583,7 @@ fn revoked_by_close(session: &Session<'_>, terminal: TerminalClose) -> bool {
 }
 
 /// Writes an internal event and waits until it is durable.
-fn record(session: &Session<'_>, op: &str, details: Details) -> bool {
+fn record(session: &Session, op: &str, details: Details) -> bool {
     let ok = session.audit.write(Entry::event(op, details));
     if !ok {
         session.log.error(

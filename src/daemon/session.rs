@@ -21,7 +21,7 @@ use rustix::process::Pid;
 use serde_json::json;
 
 use super::handlers::{self, CommandGate};
-use super::limits::{Admitted, RequestSlots};
+use super::limits::{Admitted, RequestSlots, WorkPool};
 use super::pool::Pool;
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, Spawner};
@@ -38,6 +38,11 @@ pub const STATUS_INTERVAL: Duration = Duration::from_secs(30);
 /// §8.3 hardening note, step 1).
 pub const AUDIT_FAILED: &str =
     "The audit record of this operation could not be written; the operation may have taken effect.";
+
+/// The message of every non-control frame on the control connection
+/// (PROTOCOL.md §5.4).
+pub const CONTROL_ONLY: &str =
+    "Execution operations require an activated per-session data connection.";
 
 /// The message for requests refused because the audit log failed earlier.
 pub const AUDIT_UNHEALTHY: &str = "The audit log cannot be written; no operation is executed.";
@@ -97,8 +102,9 @@ impl AuditSink {
     }
 }
 
-/// Everything a connection's requests need, fixed at the handshake.
-pub struct Setup {
+/// What a data connection's requests run against.
+#[derive(Clone)]
+pub struct DataPlane {
     /// The session root, pinned once for every connection of the session.
     pub jail: Arc<Jail>,
     /// Starts commands.
@@ -107,6 +113,80 @@ pub struct Setup {
     pub host_env: Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
     /// The machine-wide command limits.
     pub commands: Arc<dyn CommandGate + Send>,
+    /// The local `enable_shell` switch.
+    pub shell_enabled: bool,
+    /// `refuse_multilink_reads`.
+    pub refuse_multilink_reads: bool,
+    /// The process umask captured at start.
+    pub umask: rustix::fs::Mode,
+}
+
+impl std::fmt::Debug for DataPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataPlane")
+            .field("root", &self.jail.root())
+            .field("shell_enabled", &self.shell_enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The control connection's request handler (CONTROL.md §4–§11). It writes
+/// its own records, at the step each operation fixes, and returns the reply.
+pub trait ControlRequests: Send + Sync {
+    /// Handles one of the five control requests.
+    fn handle(&self, id: &str, message: &Message) -> Message;
+}
+
+/// Which plane a connection serves.
+#[derive(Clone)]
+pub enum Serving {
+    /// A data connection: files and commands beneath one root.
+    Data(DataPlane),
+    /// The control connection: browsing, grants, child runtimes.
+    Control(Arc<dyn ControlRequests>),
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Serving::Data(data) => data.fmt(f),
+            Serving::Control(_) => f.write_str("Control"),
+        }
+    }
+}
+
+/// When a child runtime last admitted a request (CONTROL.md §10.4); `PING`
+/// never counts.
+#[derive(Debug)]
+pub struct Activity(Mutex<Instant>);
+
+impl Activity {
+    /// Starts counting from now.
+    pub fn new() -> Activity {
+        Activity(Mutex::new(Instant::now()))
+    }
+
+    /// Records a request reaching admission.
+    pub fn touch(&self) {
+        *lock(&self.0) = Instant::now();
+    }
+
+    /// The last admitted request (or the creation time).
+    pub fn last(&self) -> Instant {
+        *lock(&self.0)
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity::new()
+    }
+}
+
+/// Everything a connection's requests need, fixed at the handshake.
+pub struct Setup {
+    /// What the requests run against.
+    pub serving: Serving,
     /// The records' destination.
     pub audit: AuditSink,
     /// The granted capabilities, as the platform spelled them.
@@ -117,14 +197,14 @@ pub struct Setup {
     pub command_timeout_seconds: u64,
     /// Effective `max_file_size_bytes`.
     pub max_file_size_bytes: u64,
-    /// The local `enable_shell` switch.
-    pub shell_enabled: bool,
-    /// `refuse_multilink_reads`.
-    pub refuse_multilink_reads: bool,
-    /// The process umask captured at start.
-    pub umask: rustix::fs::Mode,
     /// The active audit log file, for `STATUS.audit_log_bytes`.
     pub audit_path: std::path::PathBuf,
+    /// Idle tracking of a child runtime.
+    pub activity: Option<Arc<Activity>>,
+    /// The machine-wide work pool a child runtime's requests also wait for
+    /// (CONTROL.md §10.2); `None` in legacy mode and on the control
+    /// connection.
+    pub machine_pool: Option<Arc<WorkPool>>,
 }
 
 impl std::fmt::Debug for Setup {
@@ -132,6 +212,7 @@ impl std::fmt::Debug for Setup {
         f.debug_struct("Setup")
             .field("granted", &self.granted)
             .field("max_concurrent", &self.max_concurrent)
+            .field("control", &matches!(self.serving, Serving::Control(_)))
             .finish_non_exhaustive()
     }
 }
@@ -245,6 +326,9 @@ pub fn serve(
     // (commands take at most the termination sequence), terminate what
     // commands left behind.
     shared.cancel.cancel();
+    if let Some(pool) = &shared.setup.machine_pool {
+        pool.wake_waiters();
+    }
     {
         let mut running = lock(&shared.running);
         while *running > 0 {
@@ -367,6 +451,9 @@ fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
             return;
         }
     };
+    if let Some(activity) = &shared.setup.activity {
+        activity.touch();
+    }
     *lock(&shared.running) += 1;
     let job_shared = Arc::clone(shared);
     // A job the pool refuses (the daemon is stopping) is dropped unrun,
@@ -384,12 +471,25 @@ fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
 fn run_request(shared: &Shared, mut admitted: Admitted, frame: Frame) {
     admitted.take_slot();
     let kind = frame.message_type();
+    // A child runtime's request also waits for the machine-wide pool; the
+    // connection's end wakes it (PROTOCOL.md §5.1 step 6).
+    let permit = match &shared.setup.machine_pool {
+        Some(pool) => match pool.acquire_unless(|| shared.cancel.is_cancelled()) {
+            Some(permit) => Some(permit),
+            None => {
+                let _ = admitted.finish();
+                return;
+            }
+        },
+        None => None,
+    };
     let reply = if shared.cancel.is_cancelled() {
         // Admitted before the connection ended: cancelled unrun.
         None
     } else {
         route(shared, &frame.id, kind, &frame.message)
     };
+    drop(permit);
     let released = admitted.finish();
     let Some(message) = reply else {
         return;
@@ -407,6 +507,12 @@ fn run_request(shared: &Shared, mut admitted: Admitted, frame: Frame) {
 /// The gates of §5.3–§5.5 and the handler; returns the reply to send.
 fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Option<Message> {
     let setup = &shared.setup;
+    let data = match &setup.serving {
+        Serving::Control(control) => {
+            return Some(route_control(shared, control, id, kind, message));
+        }
+        Serving::Data(data) => data,
+    };
     let Some(capability) = kind.required_capability() else {
         // §5.5: known non-request types are ignored on a data connection.
         return None;
@@ -414,7 +520,7 @@ fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Opt
     if !setup.granted.iter().any(|g| g == capability.as_str()) {
         return Some(handlers::not_granted(capability.as_str(), &setup.granted));
     }
-    if !setup.audit.is_healthy() || shared.audit_failed.load(Ordering::SeqCst) {
+    if !healthy(shared) {
         return Some(handlers::error(ErrorCode::InternalError, AUDIT_UNHEALTHY));
     }
     if !matches!(capability, Capability::Files | Capability::Shell) {
@@ -427,21 +533,21 @@ fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Opt
     }
     let ctx = handlers::Context {
         files: FileContext {
-            jail: &setup.jail,
+            jail: &data.jail,
             max_file_size_bytes: setup.max_file_size_bytes,
-            refuse_multilink_reads: setup.refuse_multilink_reads,
-            umask: setup.umask,
+            refuse_multilink_reads: data.refuse_multilink_reads,
+            umask: data.umask,
         },
         exec: ExecContext {
-            jail: &setup.jail,
+            jail: &data.jail,
             command_timeout_seconds: setup.command_timeout_seconds,
             max_file_size_bytes: setup.max_file_size_bytes,
-            host_env: &setup.host_env,
-            spawner: &setup.spawner,
+            host_env: &data.host_env,
+            spawner: &data.spawner,
             cancel: &shared.cancel,
         },
-        shell_enabled: setup.shell_enabled,
-        commands: &*setup.commands,
+        shell_enabled: data.shell_enabled,
+        commands: &*data.commands,
     };
     let handled = handlers::handle(&ctx, id, message, &setup.granted);
     if let Some(group) = handled.leftover_group {
@@ -454,6 +560,42 @@ fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Opt
         }
     }
     handled.reply
+}
+
+/// The control connection (§5.4): the five control requests go to the
+/// control plane; every other accepted frame is `FEATURE_NOT_SUPPORTED`.
+fn route_control(
+    shared: &Shared,
+    control: &Arc<dyn ControlRequests>,
+    id: &str,
+    kind: MessageType,
+    message: &Message,
+) -> Message {
+    if kind.required_capability() != Some(Capability::DirectoryBrowse) {
+        return handlers::error(ErrorCode::FeatureNotSupported, CONTROL_ONLY);
+    }
+    if !shared
+        .setup
+        .granted
+        .iter()
+        .any(|g| g == Capability::DirectoryBrowse.as_str())
+    {
+        return handlers::not_granted(Capability::DirectoryBrowse.as_str(), &shared.setup.granted);
+    }
+    if !healthy(shared) {
+        return handlers::error(ErrorCode::InternalError, AUDIT_UNHEALTHY);
+    }
+    let reply = control.handle(id, message);
+    // A control operation writes its records itself; one that failed makes
+    // the whole daemon fail closed (AUDIT.md §8.3).
+    if !shared.setup.audit.is_healthy() {
+        shared.audit_failed.store(true, Ordering::SeqCst);
+    }
+    reply
+}
+
+fn healthy(shared: &Shared) -> bool {
+    shared.setup.audit.is_healthy() && !shared.audit_failed.load(Ordering::SeqCst)
 }
 
 fn send_response(shared: &Shared, frame: &Frame) {
