@@ -427,7 +427,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
     });
     let shim = std::thread::spawn(move || {
         let conn = connector.connect(&url, None).unwrap();
-        let (mut reader, writer) = conn.split();
+        let (mut reader, writer) = conn.split().unwrap();
         writer.send_text(hello.to_string()).unwrap();
         let ack = loop {
             match reader.read().unwrap() {

@@ -36,7 +36,7 @@ where
         .unwrap()
         .connect(&server.wss_url(), None)
         .unwrap();
-    let (reader, writer) = connection.split();
+    let (reader, writer) = connection.split().unwrap();
     (reader, writer, server)
 }
 
@@ -50,7 +50,7 @@ where
         .unwrap()
         .connect(&server.ws_url(), None)
         .unwrap();
-    let (reader, writer) = connection.split();
+    let (reader, writer) = connection.split().unwrap();
     (reader, writer, server)
 }
 

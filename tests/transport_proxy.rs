@@ -70,7 +70,7 @@ fn a_forced_proxy_carries_the_tls_connection_with_basic_credentials() {
         Some("Bearer bearer-through-proxy")
     );
 
-    let (mut reader, writer) = connection.split();
+    let (mut reader, writer) = connection.split().unwrap();
     writer.send_text("through the tunnel".to_owned()).unwrap();
     loop {
         match reader.read().unwrap() {

@@ -62,7 +62,7 @@ fn handshake_succeeds_with_the_ca_file_and_carries_the_bearer_token() {
     assert_eq!(upgrade.target, "/ws/local-executor");
     assert_eq!(upgrade.host, Some(format!("localhost:{}", server.port())));
 
-    let (mut reader, writer) = connection.split();
+    let (mut reader, writer) = connection.split().unwrap();
     writer.send_text(r#"{"type":"HELLO"}"#.to_owned()).unwrap();
     assert_eq!(read_message(&mut reader), br#"{"type":"HELLO"}"#);
     writer.close(1000, "").unwrap();
@@ -83,7 +83,7 @@ fn a_tls_1_2_only_server_is_accepted() {
         connection.tls_version(),
         Some(rustls::ProtocolVersion::TLSv1_2)
     );
-    let (_reader, writer) = connection.split();
+    let (_reader, writer) = connection.split().unwrap();
     writer.close(1000, "").unwrap();
 }
 

@@ -79,7 +79,7 @@ fn without_a_token_no_authorization_header_is_sent() {
         assert!(!connection.is_tls());
         let upgrade = server.upgrade().unwrap();
         assert_eq!(upgrade.authorization, None);
-        let (_reader, writer) = connection.split();
+        let (_reader, writer) = connection.split().unwrap();
         writer.close(1000, "").unwrap();
     }
 }

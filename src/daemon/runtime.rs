@@ -311,7 +311,10 @@ fn attempt_once(
         return Next::End(Outcome::AuditFailed);
     }
     session.plane.on_connected();
-    let (mut reader, writer) = connection.split();
+    let (mut reader, writer) = match connection.split() {
+        Ok(halves) => halves,
+        Err(e) => return disconnect(session, &e.audit_reason(), Next::Backoff),
+    };
     let negotiated = match handshake(session, &mut reader, &writer) {
         Ok(negotiated) => negotiated,
         Err(next) => return next,

@@ -2,14 +2,18 @@
 //! threads without an async runtime.
 //!
 //! One `WebSocket` sits behind a turn lock: a mutex whose turns are handed
-//! out first come, first served. A reader turn is one bounded attempt to
-//! read a message — the socket waits at most [`POLL_INTERVAL`](super::POLL_INTERVAL) per read and
-//! the turn ends by [`READ_TURN`] even if bytes keep trickling in — so a
-//! writer (an application `PONG`, a keepalive ping) waits for at most one
-//! reader turn. Partial frames and TLS records stay buffered in the
-//! WebSocket and TLS layers between turns. A write that cannot finish at
-//! once gives its turn back and continues on the next one, so a platform
-//! that is itself blocked writing can still be read from.
+//! out first come, first served. The reader never waits while it holds a
+//! turn: it takes what the socket already holds, and when no message is
+//! complete it gives the turn back and waits for the socket to become
+//! readable on a second descriptor, outside the lock. A writer (a response,
+//! an application `PONG`, a keepalive ping) therefore never queues behind
+//! an idle read; it waits at most for a reader that is busy decoding bytes
+//! that have already arrived. A read call ends after [`READ_TURN`] without
+//! a complete message so the caller can look at its stop flag. Partial
+//! frames and TLS records stay buffered in the WebSocket and TLS layers
+//! between turns. A write that cannot finish at once gives its turn back
+//! and continues on the next one, so a platform that is itself blocked
+//! writing can still be read from.
 //!
 //! This module never interprets message contents (bytes go up to the
 //! protocol layer unchanged, text and binary alike), never sends a message
@@ -30,9 +34,8 @@ use super::MAX_MESSAGE_BYTES;
 use super::error::{Stage, TransportError};
 use super::stream::Stream;
 
-/// The longest a reader turn keeps reading while bytes keep arriving
-/// without completing a message. A writer waits at most about this plus one
-/// [`POLL_INTERVAL`](super::POLL_INTERVAL).
+/// The longest one [`Reader::read`] call waits for a complete message
+/// before it returns [`Incoming::Idle`].
 pub const READ_TURN: Duration = Duration::from_millis(50);
 
 /// A write that moves no byte to the socket for this long fails with
@@ -83,6 +86,9 @@ struct Shared {
     turns: Mutex<Turns>,
     turn_changed: Condvar,
     socket: Mutex<WebSocket<Stream>>,
+    /// A second descriptor of the socket: the reader waits on it for
+    /// readability without holding the socket.
+    wait_fd: std::os::fd::OwnedFd,
 }
 
 /// Holding the socket for one turn; the next ticket is served on drop.
@@ -172,18 +178,28 @@ impl Connection {
 
     /// Splits into the reading half (one reader thread) and the writing
     /// half (cloneable, for the writer thread and the keepalive).
-    pub fn split(self) -> (Reader, Writer) {
+    pub fn split(self) -> Result<(Reader, Writer), TransportError> {
+        let wait_fd = self
+            .socket
+            .get_ref()
+            .paced()
+            .try_clone_fd()
+            .map_err(|source| TransportError::Io {
+                stage: Stage::Read,
+                source,
+            })?;
         let shared = Arc::new(Shared {
             turns: Mutex::new(Turns::default()),
             turn_changed: Condvar::new(),
             socket: Mutex::new(self.socket),
+            wait_fd,
         });
-        (
+        Ok((
             Reader {
                 shared: shared.clone(),
             },
             Writer { shared },
-        )
+        ))
     }
 }
 
@@ -199,18 +215,40 @@ impl fmt::Debug for Reader {
 }
 
 impl Reader {
-    /// One reader turn: waits for a message for at most about
-    /// [`READ_TURN`] + [`POLL_INTERVAL`](super::POLL_INTERVAL), then gives the socket back.
+    /// Waits for a message for at most about [`READ_TURN`], holding the
+    /// socket only while bytes that have already arrived are decoded.
     /// [`Incoming::Idle`] means "nothing complete yet"; call again.
     pub fn read(&mut self) -> Result<Incoming, TransportError> {
+        let deadline = Instant::now() + READ_TURN;
+        loop {
+            match self.read_available()? {
+                Incoming::Idle => {}
+                other => return Ok(other),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Incoming::Idle);
+            }
+            use std::os::fd::AsFd;
+            let readable = super::stream::wait_readable(self.shared.wait_fd.as_fd(), left)
+                .map_err(|source| TransportError::Io {
+                    stage: Stage::Read,
+                    source,
+                })?;
+            if !readable {
+                return Ok(Incoming::Idle);
+            }
+        }
+    }
+
+    /// One turn: decodes what the socket and the buffers already hold,
+    /// without waiting for more.
+    fn read_available(&mut self) -> Result<Incoming, TransportError> {
         let mut turn = self.shared.turn()?;
         let socket = &mut *turn.socket;
-        socket
-            .get_mut()
-            .paced_mut()
-            .set_read_deadline(Some(Instant::now() + READ_TURN));
+        socket.get_mut().paced_mut().set_immediate_reads(true);
         let result = socket.read();
-        socket.get_mut().paced_mut().set_read_deadline(None);
+        socket.get_mut().paced_mut().set_immediate_reads(false);
         match result {
             Ok(Message::Text(text)) => Ok(Incoming::Message(Vec::from(Bytes::from(text)))),
             Ok(Message::Binary(bytes)) => Ok(Incoming::Message(Vec::from(bytes))),

@@ -3,11 +3,11 @@
 //!
 //! [`Paced`] owns the socket's timing in two modes. While the connection is
 //! being opened every operation is bounded by the one opening deadline and a
-//! timeout surfaces as `TimedOut`. Once it is open, reads and writes wait at
-//! most [`POLL_INTERVAL`] and an expired wait surfaces as `WouldBlock`,
-//! which the WebSocket and TLS layers treat as "try again" without losing
-//! buffered partial frames or records; a read deadline set by the reader
-//! ends its turn early in the same way. This module never decides what to
+//! timeout surfaces as `TimedOut`. Once it is open, writes wait at most
+//! [`POLL_INTERVAL`] and the reader's reads do not wait at all; an expired
+//! or refused wait surfaces as `WouldBlock`, which the WebSocket and TLS
+//! layers treat as "try again" without losing buffered partial frames or
+//! records. [`wait_readable`] is how the reader waits, outside the lock. This module never decides what to
 //! send: it only moves bytes and counts the ones written.
 
 use std::io::{self, Read, Write};
@@ -28,9 +28,9 @@ const MIN_SOCKET_TIMEOUT: Duration = Duration::from_millis(1);
 enum Mode {
     /// Opening: everything must finish by `deadline`.
     Opening { deadline: Instant },
-    /// Open: waits are bounded by the poll interval, reads also by the
-    /// current reader turn's deadline.
-    Open { read_deadline: Option<Instant> },
+    /// Open: waits are bounded by the poll interval; `immediate` reads
+    /// take only what the socket already holds and never wait.
+    Open { immediate: bool },
 }
 
 /// A TCP socket with bounded waits; see the module documentation.
@@ -55,18 +55,23 @@ impl Paced {
     pub fn set_open(&mut self) -> io::Result<()> {
         self.tcp.set_read_timeout(Some(POLL_INTERVAL))?;
         self.tcp.set_write_timeout(Some(POLL_INTERVAL))?;
-        self.mode = Mode::Open {
-            read_deadline: None,
-        };
+        self.mode = Mode::Open { immediate: false };
         Ok(())
     }
 
-    /// In open mode: reads after `deadline` fail with `WouldBlock` without
-    /// touching the socket (`None`: only the poll interval applies).
-    pub fn set_read_deadline(&mut self, deadline: Option<Instant>) {
-        if let Mode::Open { read_deadline } = &mut self.mode {
-            *read_deadline = deadline;
+    /// In open mode: reads take what the socket already holds and fail with
+    /// `WouldBlock` instead of waiting. The reader waits for readability
+    /// with [`wait_readable`] while it does not hold the connection, so a
+    /// writer never queues behind an idle read.
+    pub fn set_immediate_reads(&mut self, on: bool) {
+        if let Mode::Open { immediate } = &mut self.mode {
+            *immediate = on;
         }
+    }
+
+    /// A second descriptor for the socket, to wait on without the lock.
+    pub fn try_clone_fd(&self) -> io::Result<std::os::fd::OwnedFd> {
+        Ok(self.tcp.try_clone()?.into())
     }
 
     /// Bytes written to the socket so far.
@@ -102,10 +107,16 @@ impl Read for Paced {
                     let timeout = Self::opening_timeout(deadline)?;
                     self.tcp.set_read_timeout(Some(timeout))?;
                 }
-                Mode::Open {
-                    read_deadline: Some(deadline),
-                } if Instant::now() >= deadline => {
-                    return Err(io::ErrorKind::WouldBlock.into());
+                Mode::Open { immediate: true } => {
+                    return match rustix::net::recv(
+                        &self.tcp,
+                        &mut *buf,
+                        rustix::net::RecvFlags::DONTWAIT,
+                    ) {
+                        Ok((n, _)) => Ok(n),
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(e) => Err(io::Error::from(e)),
+                    };
                 }
                 Mode::Open { .. } => {}
             }
@@ -137,6 +148,24 @@ impl Write for Paced {
 
     fn flush(&mut self) -> io::Result<()> {
         self.tcp.flush()
+    }
+}
+
+/// Waits until `fd` is readable (or has hung up), for at most `timeout`.
+/// True when it is; false on timeout.
+pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let timeout = Timespec {
+        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    loop {
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
