@@ -1,0 +1,382 @@
+//! Per-chat child runtimes (CONTROL.md §10): each one a complete data
+//! connection for one session, on its own thread, with its own stop flag;
+//! at most eight live; stopped on DETACH, idle, replacement, control
+//! reconnect and daemon stop.
+//!
+//! A child's root comes only from a verified binding, and is pinned again
+//! when the child starts: if the folder's device and inode are not the ones
+//! the binding was verified with, the child does not start. A child that
+//! ends on its own leaves the live set; a failure that concerns the whole
+//! daemon (credentials refused for good, an audit write failure, an
+//! unusable configuration) is handed to the daemon, which stops.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::bindings::Binding;
+use crate::audit::AuditLog;
+use crate::daemon::handlers::CommandGate;
+use crate::daemon::handshake::{Identity, Limits, Probes};
+use crate::daemon::limits::WorkPool;
+use crate::daemon::pool::Pool;
+use crate::daemon::runtime::{self, Credentials, DataSession, Outcome, Session};
+use crate::daemon::session::{Activity, AuditSink, DataPlane};
+use crate::exec::Spawner;
+use crate::jail::{Jail, JailOptions};
+use crate::log::Log;
+use crate::protocol::{Backoff, Capability};
+use crate::transport::Connector;
+
+/// Live children at most.
+pub const CHILD_CAP: usize = 8;
+
+/// The reference's text for the cap.
+pub const CAP_MESSAGE: &str = "Active local-executor session limit reached";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What every child copies from the daemon (CONTROL.md §10.1): switches,
+/// URLs, identity, the shared token store and limits.
+pub struct ChildTemplate {
+    /// The control URL; a child connects to `<this>/<pct(session)>`.
+    pub endpoints: crate::config::Endpoints,
+    /// Trust anchors, pins, proxy.
+    pub connector: Arc<Connector>,
+    /// The shared token store and its renewal lock.
+    pub credentials: Arc<dyn Credentials + Send>,
+    /// `machine_id`, `display_name`, platform, arch.
+    pub identity: Identity,
+    /// HELLO capabilities of a data connection (no `directory_browse`).
+    pub advertised: Vec<Capability>,
+    /// Reconnect delays.
+    pub backoff: Backoff,
+    /// The shared writer; each child binds it to its session.
+    pub audit: AuditLog,
+    /// Log lines.
+    pub log: Log,
+    /// The active audit log file.
+    pub audit_path: std::path::PathBuf,
+    /// Starts commands.
+    pub spawner: Arc<Spawner>,
+    /// The shim's environment captured at start.
+    pub host_env: Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+    /// The machine-wide command limits.
+    pub commands: Arc<dyn CommandGate + Send>,
+    /// `enable_shell`.
+    pub shell_enabled: bool,
+    /// `refuse_multilink_reads`.
+    pub refuse_multilink_reads: bool,
+    /// The process umask captured at start.
+    pub umask: rustix::fs::Mode,
+    /// `jail_no_xdev` and home directories.
+    pub jail_options: JailOptions,
+}
+
+impl std::fmt::Debug for ChildTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildTemplate")
+            .field("advertised", &self.advertised)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a child did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// Eight children are live.
+    Cap,
+    /// The folder could not be pinned, or is no longer the bound one.
+    Folder(String),
+    /// A thread or an audit handle could not be created.
+    Internal(String),
+}
+
+struct Child {
+    id: u64,
+    binding: Binding,
+    stop: Arc<AtomicBool>,
+    activity: Arc<Activity>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The live children and what they share.
+pub struct Children {
+    template: ChildTemplate,
+    pool: Arc<Pool>,
+    machine_pool: Arc<WorkPool>,
+    live: Mutex<HashMap<String, Child>>,
+    next_id: AtomicU64,
+    /// A failure that ends the daemon, and the daemon's stop flag to raise.
+    fatal: Arc<Mutex<Option<Outcome>>>,
+    daemon_stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Children {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Children")
+            .field("live", &lock(&self.live).len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Children {
+    /// No children yet. `daemon_stop` is raised when a child hits a failure
+    /// that concerns the whole daemon.
+    pub fn new(
+        template: ChildTemplate,
+        pool: Arc<Pool>,
+        machine_pool: Arc<WorkPool>,
+        daemon_stop: Arc<AtomicBool>,
+    ) -> Children {
+        Children {
+            template,
+            pool,
+            machine_pool,
+            live: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            fatal: Arc::new(Mutex::new(None)),
+            daemon_stop,
+        }
+    }
+
+    /// The daemon-wide failure a child reported, if any.
+    pub fn fatal(&self) -> Option<Outcome> {
+        lock(&self.fatal).clone()
+    }
+
+    /// Whether `session_id` has a live child.
+    pub fn is_live(&self, session_id: &str) -> bool {
+        self.reap_finished();
+        lock(&self.live).contains_key(session_id)
+    }
+
+    /// The binding the live child of `session_id` runs with.
+    pub fn live_binding(&self, session_id: &str) -> Option<Binding> {
+        self.reap_finished();
+        lock(&self.live).get(session_id).map(|c| c.binding.clone())
+    }
+
+    /// Number of live children.
+    pub fn count(&self) -> usize {
+        self.reap_finished();
+        lock(&self.live).len()
+    }
+
+    /// Starts a child for `binding` with `ceilings` (the control
+    /// connection's effective limits). The count check and the insertion
+    /// happen under one lock.
+    pub fn start(&self, binding: &Binding, ceilings: Limits) -> Result<(), StartError> {
+        self.reap_finished();
+        let mut live = lock(&self.live);
+        if live.contains_key(&binding.session_id) {
+            return Ok(());
+        }
+        if live.len() >= CHILD_CAP {
+            return Err(StartError::Cap);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let stop = Arc::new(AtomicBool::new(false));
+        let activity = Arc::new(Activity::new());
+        let session = self.session_for(binding, ceilings, &stop, &activity)?;
+        let pool = Arc::clone(&self.pool);
+        let fatal = Arc::clone(&self.fatal);
+        let daemon_stop = Arc::clone(&self.daemon_stop);
+        let log = self.template.log.clone();
+        let session_id = binding.session_id.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("child-{id}"))
+            .spawn(move || {
+                let outcome = runtime::run(&session, &pool);
+                child_ended(&log, &session_id, outcome, &fatal, &daemon_stop);
+            })
+            .map_err(|e| StartError::Internal(format!("cannot start the child runtime: {e}")))?;
+        live.insert(
+            binding.session_id.clone(),
+            Child {
+                id,
+                binding: binding.clone(),
+                stop,
+                activity,
+                thread: Some(thread),
+            },
+        );
+        Ok(())
+    }
+
+    fn session_for(
+        &self,
+        binding: &Binding,
+        ceilings: Limits,
+        stop: &Arc<AtomicBool>,
+        activity: &Arc<Activity>,
+    ) -> Result<Session, StartError> {
+        let t = &self.template;
+        let jail = Jail::pin(&binding.allowed_root, t.jail_options.clone())
+            .map_err(|e| StartError::Folder(e.to_string()))?;
+        if jail.root_identity() != binding.dev_ino {
+            return Err(StartError::Folder(
+                "The selected directory changed after the grant was issued".into(),
+            ));
+        }
+        let audit = t
+            .audit
+            .bind(&binding.session_id)
+            .map_err(|e| StartError::Internal(e.to_string()))?;
+        let plane = DataSession {
+            session_id: binding.session_id.clone(),
+            data: DataPlane {
+                jail: Arc::new(jail),
+                spawner: Arc::clone(&t.spawner),
+                host_env: Arc::clone(&t.host_env),
+                commands: Arc::clone(&t.commands),
+                shell_enabled: t.shell_enabled,
+                refuse_multilink_reads: t.refuse_multilink_reads,
+                umask: t.umask,
+            },
+            activity: Some(Arc::clone(activity)),
+            machine_pool: Some(Arc::clone(&self.machine_pool)),
+        };
+        Ok(Session {
+            url: t.endpoints.session_url(&binding.session_id),
+            connector: Arc::clone(&t.connector),
+            credentials: Arc::clone(&t.credentials),
+            identity: t.identity.clone(),
+            advertised: t.advertised.clone(),
+            probes: Probes::default(),
+            ceilings,
+            backoff: t.backoff,
+            audit: AuditSink::Session(audit),
+            log: t.log.clone(),
+            stop: Arc::clone(stop),
+            audit_path: t.audit_path.clone(),
+            plane: Arc::new(plane),
+        })
+    }
+
+    /// Stops the child of `session_id` and waits for it (its in-flight
+    /// requests are cancelled, PROTOCOL.md §11.4). False when none was live.
+    pub fn stop(&self, session_id: &str) -> bool {
+        let child = lock(&self.live).remove(session_id);
+        match child {
+            Some(child) => {
+                finish(child);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops the child of `session_id` only if it is still child `id` (the
+    /// idle reaper's re-check under the session lock).
+    pub fn stop_if(&self, session_id: &str, id: u64) -> bool {
+        let child = {
+            let mut live = lock(&self.live);
+            match live.get(session_id) {
+                Some(c) if c.id == id => live.remove(session_id),
+                _ => None,
+            }
+        };
+        match child {
+            Some(child) => {
+                finish(child);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops every child (control reconnect, daemon stop).
+    pub fn stop_all(&self) {
+        let all: Vec<Child> = lock(&self.live).drain().map(|(_, c)| c).collect();
+        for child in &all {
+            child.stop.store(true, Ordering::SeqCst);
+        }
+        for child in all {
+            finish(child);
+        }
+    }
+
+    /// Children whose last admitted request is at least `idle_after` old:
+    /// `(session_id, child id, idle seconds)`.
+    pub fn idle(&self, now: Instant, idle_after: Duration) -> Vec<(String, u64, f64)> {
+        self.reap_finished();
+        lock(&self.live)
+            .iter()
+            .filter_map(|(session, child)| {
+                let idle = now.saturating_duration_since(child.activity.last());
+                (idle >= idle_after).then(|| (session.clone(), child.id, idle.as_secs_f64()))
+            })
+            .collect()
+    }
+
+    /// Whether child `id` of `session_id` is live and still idle.
+    pub fn still_idle(
+        &self,
+        session_id: &str,
+        id: u64,
+        now: Instant,
+        idle_after: Duration,
+    ) -> bool {
+        lock(&self.live).get(session_id).is_some_and(|c| {
+            c.id == id && now.saturating_duration_since(c.activity.last()) >= idle_after
+        })
+    }
+
+    /// Removes children whose runtime ended on its own.
+    fn reap_finished(&self) {
+        let ended: Vec<Child> = {
+            let mut live = lock(&self.live);
+            let done: Vec<String> = live
+                .iter()
+                .filter(|(_, c)| c.thread.as_ref().is_none_or(JoinHandle::is_finished))
+                .map(|(s, _)| s.clone())
+                .collect();
+            done.iter().filter_map(|s| live.remove(s)).collect()
+        };
+        for child in ended {
+            finish(child);
+        }
+    }
+}
+
+/// Raises the child's stop flag and joins its thread.
+fn finish(mut child: Child) {
+    child.stop.store(true, Ordering::SeqCst);
+    if let Some(thread) = child.thread.take() {
+        let _ = thread.join();
+    }
+}
+
+/// What a child's end means for the daemon (CONTROL.md §10.5).
+fn child_ended(
+    log: &Log,
+    session_id: &str,
+    outcome: Outcome,
+    fatal: &Mutex<Option<Outcome>>,
+    daemon_stop: &AtomicBool,
+) {
+    match outcome {
+        Outcome::Stopped => {}
+        Outcome::Terminal(reason) | Outcome::AuthFailed(reason) => {
+            log.warn(
+                "child",
+                format!("the runtime of session {session_id} ended: {reason}"),
+            );
+        }
+        daemon_wide @ (Outcome::CredentialsRefused(_)
+        | Outcome::AuditFailed
+        | Outcome::Config(_)) => {
+            log.error(
+                "child",
+                format!("session {session_id}: {daemon_wide:?}; stopping the daemon"),
+            );
+            lock(fatal).get_or_insert(daemon_wide);
+            daemon_stop.store(true, Ordering::SeqCst);
+        }
+    }
+}

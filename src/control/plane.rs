@@ -1,0 +1,772 @@
+//! The control connection's request handlers (CONTROL.md §4–§12): browse,
+//! ATTACH, ACTIVATE, RESTORE and DETACH, each serialised per session, each
+//! writing its record at the step the specification fixes and rolling back
+//! when that write or a child start fails; plus what a control (re)connect
+//! resets and the idle reaper.
+//!
+//! It never binds a session to a folder the user did not pick through a
+//! reference minted here or through a grant signed with this machine's key
+//! and re-verified against the live folder; it never writes a grant, a
+//! reference or a key into the audit log.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, json};
+
+use super::bindings::{Binding, Bindings, Revisions};
+use super::browse::{BrowseError, Browser, RootSources};
+use super::children::{CAP_MESSAGE, Children, StartError};
+use super::folder::{self, FolderError};
+use super::grant::{self, Claims, GrantError, GrantKey};
+use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
+use crate::daemon::handlers;
+use crate::daemon::handshake::{ConnectionKind, Limits, Negotiated};
+use crate::daemon::limits::WorkPool;
+use crate::daemon::runtime::Plane;
+use crate::daemon::session::{ControlRequests, Serving, now_ts};
+use crate::jail::roots;
+use crate::log::Log;
+use crate::protocol::{
+    Ack, ActivateSession, AttachSession, DetachSession, DirectoryListRequest, ErrorCode,
+    ErrorPayload, Message, RestoreSession, SessionActivated, SessionAttached,
+};
+
+/// Idle children are looked for this often (CONTROL.md §10.4).
+pub const REAP_INTERVAL: Duration = Duration::from_secs(30);
+/// A child without an admitted request for this long is stopped.
+pub const IDLE_AFTER: Duration = Duration::from_secs(600);
+
+const DANGEROUS_ROOT: &str = "The selected directory cannot be used as a session root";
+const AUDIT_FAILED: &str = "The audit record of this operation could not be written.";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Per-session mutual exclusion (§12.3) whose entries vanish when unused,
+/// so many distinct session ids cannot grow it.
+#[derive(Debug, Default)]
+struct SessionLocks {
+    busy: Mutex<HashSet<String>>,
+    freed: Condvar,
+}
+
+struct SessionGuard<'a> {
+    locks: &'a SessionLocks,
+    session: String,
+}
+
+impl SessionLocks {
+    fn lock(&self, session: &str) -> SessionGuard<'_> {
+        let mut busy = lock(&self.busy);
+        while busy.contains(session) {
+            busy = self
+                .freed
+                .wait(busy)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        busy.insert(session.to_owned());
+        SessionGuard {
+            locks: self,
+            session: session.to_owned(),
+        }
+    }
+}
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.locks.busy).remove(&self.session);
+        self.locks.freed.notify_all();
+    }
+}
+
+/// What the control plane is built from.
+pub struct ControlSettings {
+    /// Derived from the audit key.
+    pub grant_key: GrantKey,
+    /// This machine's id (grant claims).
+    pub machine_id: String,
+    /// The user's home (virtual roots, dangerous roots).
+    pub home: PathBuf,
+    /// WSL2 drive mounts as roots.
+    pub wsl: bool,
+    /// The shared writer (records name their chat session explicitly).
+    pub audit: AuditLog,
+    /// Persisted grant revisions.
+    pub revisions: Revisions,
+    /// Log lines.
+    pub log: Log,
+    /// The local ceilings before any control handshake.
+    pub ceilings: Limits,
+}
+
+impl std::fmt::Debug for ControlSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlSettings")
+            .field("machine_id", &self.machine_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The control plane: shared by the control connection's workers, the
+/// connection lifecycle hooks and the idle reaper.
+pub struct ControlPlane {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    browser: Mutex<Browser>,
+    bindings: Mutex<Bindings>,
+    revisions: Mutex<Revisions>,
+    locks: SessionLocks,
+    children: Children,
+    grant_key: GrantKey,
+    machine_id: String,
+    sources: RootSources,
+    audit: AuditLog,
+    log: Log,
+    ceilings: Mutex<Limits>,
+    machine_pool: Arc<WorkPool>,
+    connection_id: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("children", &self.inner.children)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControlPlane {
+    /// A control plane whose children come from `children` and share
+    /// `machine_pool`.
+    pub fn new(
+        settings: ControlSettings,
+        children: Children,
+        machine_pool: Arc<WorkPool>,
+    ) -> ControlPlane {
+        ControlPlane {
+            inner: Arc::new(Inner {
+                browser: Mutex::new(Browser::new()),
+                bindings: Mutex::new(Bindings::new()),
+                revisions: Mutex::new(settings.revisions),
+                locks: SessionLocks::default(),
+                children,
+                grant_key: settings.grant_key,
+                machine_id: settings.machine_id,
+                sources: RootSources {
+                    home: settings.home,
+                    wsl: settings.wsl,
+                },
+                audit: settings.audit,
+                log: settings.log,
+                ceilings: Mutex::new(settings.ceilings),
+                machine_pool,
+                connection_id: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The child runtimes.
+    pub fn children(&self) -> &Children {
+        &self.inner.children
+    }
+
+    /// One pass of the idle reaper (§10.4): every child idle for at least
+    /// `idle_after` is recorded and stopped; its binding stays. False when
+    /// an `IDLE_SESSION_DETACH` record could not be written (the daemon
+    /// must then fail closed).
+    pub fn reap_idle(&self, idle_after: Duration) -> bool {
+        let inner = &self.inner;
+        for (session, id, _) in inner.children.idle(Instant::now(), idle_after) {
+            let _guard = inner.locks.lock(&session);
+            let now = Instant::now();
+            if !inner.children.still_idle(&session, id, now, idle_after) {
+                continue;
+            }
+            let idle = inner
+                .children
+                .idle(now, idle_after)
+                .into_iter()
+                .find(|(s, i, _)| *s == session && *i == id)
+                .map_or(idle_after.as_secs_f64(), |(_, _, seconds)| seconds);
+            let mut entry = Entry::event(
+                "IDLE_SESSION_DETACH",
+                Details::new().with("idle_seconds", json!(idle)),
+            );
+            entry.session_id = Some(session.clone());
+            if inner.audit.write(entry).is_err() {
+                return false;
+            }
+            inner.log.info(
+                "control",
+                format!("session {session} idle for {idle:.0} s: its runtime is stopped"),
+            );
+            inner.children.stop_if(&session, id);
+        }
+        true
+    }
+
+    /// Runs the idle reaper every `interval` until `stop`; an audit failure
+    /// raises `stop` (the daemon fails closed).
+    pub fn spawn_reaper(
+        &self,
+        interval: Duration,
+        idle_after: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let plane = ControlPlane {
+            inner: Arc::clone(&self.inner),
+        };
+        std::thread::Builder::new()
+            .name("idle-reaper".into())
+            .spawn(move || {
+                let mut next = Instant::now() + interval;
+                while !stop.load(Ordering::SeqCst) {
+                    if Instant::now() < next {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    next += interval;
+                    if !plane.reap_idle(idle_after) {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                }
+            })
+    }
+}
+
+impl Plane for ControlPlane {
+    fn kind(&self) -> ConnectionKind {
+        ConnectionKind::Control
+    }
+
+    fn hello_root(&self) -> Option<String> {
+        None
+    }
+
+    fn on_connected(&self) {
+        // §3.4: children stopped, every reference invalidated, the previous
+        // connection id forgotten; bindings stay.
+        self.inner.children.stop_all();
+        lock(&self.inner.browser).reset();
+        *lock(&self.inner.connection_id) = None;
+    }
+
+    fn on_negotiated(&self, negotiated: &Negotiated) {
+        *lock(&self.inner.ceilings) = negotiated.limits;
+        self.inner
+            .machine_pool
+            .resize(negotiated.limits.max_concurrent);
+        *lock(&self.inner.connection_id) = negotiated.connection_id.clone();
+    }
+
+    fn serving(&self) -> Serving {
+        Serving::Control(Arc::clone(&self.inner) as Arc<dyn ControlRequests>)
+    }
+}
+
+impl ControlRequests for Inner {
+    fn handle(&self, id: &str, message: &Message) -> Message {
+        match message {
+            Message::DirectoryListRequest(req) => self.directory_list(id, req),
+            Message::AttachSession(req) => self.attach(id, req),
+            Message::ActivateSession(req) => self.activate(id, req),
+            Message::RestoreSession(req) => self.restore(id, req),
+            Message::DetachSession(req) => self.detach(id, req),
+            other => handlers::error(
+                ErrorCode::FeatureNotSupported,
+                format!(
+                    "{} is not a control request.",
+                    other.message_type().as_str()
+                ),
+            ),
+        }
+    }
+}
+
+fn failure(code: ErrorCode) -> RecordOutcome {
+    RecordOutcome {
+        ok: false,
+        exit_code: None,
+        duration_ms: 0,
+        error_code: Some(code.as_str().to_owned()),
+    }
+}
+
+fn mismatch(current: u64, message: &str) -> Message {
+    let mut details = Map::new();
+    details.insert("current_revision".into(), json!(current));
+    Message::Error(
+        ErrorPayload::new(ErrorCode::SessionRevisionMismatch, message).with_details(details),
+    )
+}
+
+impl Inner {
+    /// Writes a record; false (and a log line) when it is not durable.
+    fn record(
+        &self,
+        id: &str,
+        op: &str,
+        session: Option<&str>,
+        details: Details,
+        result: RecordOutcome,
+    ) -> bool {
+        let entry = Entry {
+            op: op.to_owned(),
+            request_id: Some(id.to_owned()),
+            details,
+            result,
+            session_id: session.map(str::to_owned),
+        };
+        match self.audit.write(entry) {
+            Ok(_) => true,
+            Err(e) => {
+                self.log.error(
+                    "control",
+                    format!("the {op} record could not be written: {e}"),
+                );
+                false
+            }
+        }
+    }
+
+    fn internal(&self, message: &str) -> Message {
+        handlers::error(ErrorCode::InternalError, message)
+    }
+
+    // ---- §4 ------------------------------------------------------------------
+
+    fn directory_list(&self, id: &str, req: &DirectoryListRequest) -> Message {
+        let now = now_ts();
+        let result = {
+            let mut browser = lock(&self.browser);
+            match (&req.browse_id, &req.directory_ref) {
+                (Some(browse), Some(reference)) => {
+                    browser.list(now, browse, reference, req.cursor.as_deref())
+                }
+                _ => browser.start(now, &self.sources),
+            }
+        };
+        match result {
+            Ok(response) => {
+                let details = Details::new()
+                    .with("browse_id", json!(response.browse_id))
+                    .with(
+                        "path",
+                        json!(response.current.as_ref().map(|c| c.path.clone())),
+                    )
+                    .with("entries_returned", json!(response.entries.len()))
+                    .with("truncated", json!(response.truncated));
+                if !self.record(
+                    id,
+                    "DIRECTORY_LIST",
+                    None,
+                    details,
+                    RecordOutcome::default(),
+                ) {
+                    return self.internal(AUDIT_FAILED);
+                }
+                Message::DirectoryListResponse(response)
+            }
+            Err(error) => {
+                let (code, message) = browse_error(&error);
+                let details = Details::new().with("browse_id", json!(req.browse_id));
+                if !self.record(id, "DIRECTORY_LIST", None, details, failure(code)) {
+                    return self.internal(AUDIT_FAILED);
+                }
+                handlers::error(code, message)
+            }
+        }
+    }
+
+    // ---- §5 ------------------------------------------------------------------
+
+    fn attach(&self, id: &str, req: &AttachSession) -> Message {
+        let session = req.session_id.as_str();
+        let _guard = self.locks.lock(session);
+        // Step 1: nothing consumed, nothing recorded.
+        if self.children.is_live(session) {
+            return handlers::error(
+                ErrorCode::SessionAlreadyActive,
+                "Detach the active session before changing its allowed root.",
+            );
+        }
+        let refuse = |code: ErrorCode, message: &str| {
+            let details = Details::new().with("session_id", json!(session));
+            if !self.record(id, "ATTACH_SESSION", Some(session), details, failure(code)) {
+                return self.internal(AUDIT_FAILED);
+            }
+            handlers::error(code, message)
+        };
+        // Step 2 (with the dangerous-root refusal of the hardening note).
+        let resolved = {
+            let mut browser = lock(&self.browser);
+            match browser.resolve(now_ts(), &req.browse_id, &req.directory_ref) {
+                Ok(resolved) => {
+                    if roots::check_dangerous(&resolved.dir.path, &self.sources.home).is_err() {
+                        drop(browser);
+                        return refuse(ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT);
+                    }
+                    // Step 3.
+                    browser.consume(&req.browse_id);
+                    resolved
+                }
+                Err(error) => {
+                    drop(browser);
+                    let (code, message) = browse_error(&error);
+                    return refuse(code, message);
+                }
+            }
+        };
+        // Step 4: continue from the remembered and the persisted revision.
+        let previous = lock(&self.bindings).get(session).cloned();
+        let revision = previous
+            .as_ref()
+            .map_or(0, |b| b.revision)
+            .max(lock(&self.revisions).highest(session))
+            + 1;
+        // Step 5: issued from the folder as it is now.
+        let dir = match folder::canonical_accessible(&resolved.dir.path) {
+            Ok(dir) => dir,
+            Err(e) => {
+                let text = match e {
+                    FolderError::Symlink => GrantError::SymlinkRoot.message(),
+                    FolderError::Unavailable => GrantError::Unavailable.message(),
+                };
+                return refuse(ErrorCode::DirectoryUnavailable, text);
+            }
+        };
+        let fingerprint = dir.fingerprint();
+        let claims = Claims {
+            allowed_root: dir.text.clone(),
+            fingerprint: fingerprint.clone(),
+            issued_at: now_ts(),
+            machine_id: self.machine_id.clone(),
+            revision,
+            session_id: session.to_owned(),
+            identity: Some(dir.identity.clone()).filter(|i| !i.is_empty()),
+        };
+        let token = grant::sign(&self.grant_key, &claims);
+        if let Err(e) = lock(&self.revisions).record(session, revision) {
+            self.log.error("control", e.to_string());
+            return self.internal("The grant revision could not be stored.");
+        }
+        // Step 6.
+        let details = Details::new()
+            .with(
+                "previous_allowed_root",
+                json!(previous.as_ref().map(|b| b.root_text.clone())),
+            )
+            .with("allowed_root", json!(dir.text))
+            .with("fingerprint", json!(fingerprint))
+            .with("revision", json!(revision));
+        if !self.record(
+            id,
+            "SESSION_ALLOWED_ROOT_SET",
+            Some(session),
+            details,
+            RecordOutcome::default(),
+        ) {
+            return self.internal(AUDIT_FAILED);
+        }
+        // Step 7.
+        let binding = Binding {
+            session_id: session.to_owned(),
+            allowed_root: dir.path.clone(),
+            root_text: dir.text.clone(),
+            fingerprint: fingerprint.clone(),
+            revision,
+            root_grant: token.clone(),
+            dev_ino: dir.dev_ino,
+        };
+        if self.remember(binding).is_err() {
+            return self.internal("The session binding store is full.");
+        }
+        // Step 8.
+        Message::SessionAttached(SessionAttached {
+            session_id: req.session_id.clone(),
+            allowed_root: dir.text,
+            fingerprint,
+            revision: nonzero(revision),
+            root_grant: token,
+        })
+    }
+
+    fn remember(&self, binding: Binding) -> Result<(), super::bindings::StoreFull> {
+        lock(&self.bindings).remember(binding, |s| self.children.is_live(s))
+    }
+
+    /// §7.4 in full for `token` presented for `session`.
+    fn verify_grant(&self, token: &str, session: &str) -> Result<Binding, GrantError> {
+        let accepted = grant::verify(&self.grant_key, token, session, &self.machine_id)?;
+        let dir = folder::verify_folder(&accepted, &self.sources.home)?;
+        Ok(Binding {
+            session_id: session.to_owned(),
+            allowed_root: dir.path,
+            root_text: dir.text,
+            fingerprint: accepted.fingerprint,
+            revision: accepted.revision,
+            root_grant: token.to_owned(),
+            dev_ino: dir.dev_ino,
+        })
+    }
+
+    fn grant_refused(&self, id: &str, op: &str, session: &str, error: GrantError) -> Message {
+        let details = Details::new().with("session_id", json!(session));
+        if !self.record(
+            id,
+            op,
+            Some(session),
+            details,
+            failure(ErrorCode::RootGrantInvalid),
+        ) {
+            return self.internal(AUDIT_FAILED);
+        }
+        handlers::error(ErrorCode::RootGrantInvalid, error.message())
+    }
+
+    fn start_error(&self, error: StartError) -> Message {
+        match error {
+            StartError::Cap => {
+                let mut details = Map::new();
+                details.insert("reason".into(), json!("active_session_limit"));
+                details.insert(
+                    "max_active_sessions".into(),
+                    json!(super::children::CHILD_CAP),
+                );
+                Message::Error(
+                    ErrorPayload::new(ErrorCode::InternalError, CAP_MESSAGE).with_details(details),
+                )
+            }
+            StartError::Folder(text) | StartError::Internal(text) => self.internal(&text),
+        }
+    }
+
+    // ---- §8 ------------------------------------------------------------------
+
+    fn activate(&self, id: &str, req: &ActivateSession) -> Message {
+        let session = req.session_id.as_str();
+        let _guard = self.locks.lock(session);
+        // Step 1.
+        let Some(previous) = lock(&self.bindings).get(session).cloned() else {
+            return handlers::error(
+                ErrorCode::SessionNotAttached,
+                "Attach a directory before activating this session.",
+            );
+        };
+        // Step 2.
+        if req.revision.get() != previous.revision {
+            return mismatch(previous.revision, "The requested root revision is stale.");
+        }
+        // Step 3: the folder must still be the bound one.
+        let binding = match self.verify_grant(&previous.root_grant, session) {
+            Ok(binding) => binding,
+            Err(e) => return self.grant_refused(id, "ACTIVATE_SESSION", session, e),
+        };
+        // Step 4.
+        if self.remember(binding.clone()).is_err() {
+            return self.internal("The session binding store is full.");
+        }
+        // Step 5.
+        let started = if self.children.is_live(session) {
+            false
+        } else {
+            let ceilings = *lock(&self.ceilings);
+            if let Err(e) = self.children.start(&binding, ceilings) {
+                lock(&self.bindings).restore(session, Some(previous));
+                return self.start_error(e);
+            }
+            true
+        };
+        // Step 6.
+        let details = Details::new()
+            .with("allowed_root", json!(binding.root_text))
+            .with("fingerprint", json!(binding.fingerprint))
+            .with("revision", json!(binding.revision));
+        if !self.record(
+            id,
+            "ACTIVATE_SESSION",
+            Some(session),
+            details,
+            RecordOutcome::default(),
+        ) {
+            // Step 7.
+            if started {
+                self.children.stop(session);
+            }
+            lock(&self.bindings).restore(session, Some(previous));
+            return self.internal(AUDIT_FAILED);
+        }
+        Message::SessionActivated(SessionActivated {
+            session_id: req.session_id.clone(),
+            allowed_root: binding.root_text,
+            fingerprint: binding.fingerprint,
+            revision: nonzero(binding.revision),
+        })
+    }
+
+    // ---- §9 ------------------------------------------------------------------
+
+    fn restore(&self, id: &str, req: &RestoreSession) -> Message {
+        let session = req.session_id.as_str();
+        let _guard = self.locks.lock(session);
+        // Step 1.
+        let verified = match self.verify_grant(&req.root_grant, session) {
+            Ok(binding) => binding,
+            Err(e) => return self.grant_refused(id, "RESTORE_SESSION", session, e),
+        };
+        let previous = lock(&self.bindings).get(session).cloned();
+        let persisted = lock(&self.revisions).highest(session);
+        let current = previous.as_ref().map_or(0, |b| b.revision).max(persisted);
+        // Step 2 (and the persisted revision of the §7.5 hardening note).
+        if current > verified.revision {
+            return mismatch(
+                current,
+                "The supplied root grant is older than the current binding.",
+            );
+        }
+        // Step 3.
+        if let Some(previous) = &previous {
+            if previous.revision == verified.revision
+                && previous.fingerprint != verified.fingerprint
+            {
+                return mismatch(
+                    previous.revision,
+                    "The supplied root grant conflicts with the current binding revision.",
+                );
+            }
+        }
+        // Step 4: a live child with another binding is replaced.
+        let live = self.children.live_binding(session);
+        let replaced = live.as_ref().is_some_and(|b| !same_binding(b, &verified));
+        if replaced {
+            self.children.stop(session);
+        }
+        // Step 5.
+        if self.remember(verified.clone()).is_err() {
+            return self.internal("The session binding store is full.");
+        }
+        // Step 6.
+        let mut started = false;
+        if live.is_none() || replaced {
+            let ceilings = *lock(&self.ceilings);
+            if let Err(e) = self.children.start(&verified, ceilings) {
+                self.roll_back_restore(session, previous, live.filter(|_| replaced));
+                return self.start_error(e);
+            }
+            started = true;
+        }
+        if let Err(e) = lock(&self.revisions).record(session, verified.revision) {
+            self.log.error("control", e.to_string());
+            if started {
+                self.children.stop(session);
+            }
+            self.roll_back_restore(session, previous, live.filter(|_| replaced));
+            return self.internal("The grant revision could not be stored.");
+        }
+        // Step 7.
+        let details = Details::new()
+            .with("allowed_root", json!(verified.root_text))
+            .with("fingerprint", json!(verified.fingerprint))
+            .with("revision", json!(verified.revision));
+        if !self.record(
+            id,
+            "RESTORE_SESSION",
+            Some(session),
+            details,
+            RecordOutcome::default(),
+        ) {
+            if started {
+                self.children.stop(session);
+            }
+            self.roll_back_restore(session, previous, live.filter(|_| replaced));
+            return self.internal(AUDIT_FAILED);
+        }
+        Message::SessionRestored(SessionAttached {
+            session_id: req.session_id.clone(),
+            allowed_root: verified.root_text,
+            fingerprint: verified.fingerprint,
+            revision: nonzero(verified.revision),
+            root_grant: req.root_grant.clone(),
+        })
+    }
+
+    /// §9 step 8: the previous binding back, and the replaced child again.
+    fn roll_back_restore(
+        &self,
+        session: &str,
+        previous: Option<Binding>,
+        replaced: Option<Binding>,
+    ) {
+        lock(&self.bindings).restore(session, previous);
+        if let Some(binding) = replaced {
+            let ceilings = *lock(&self.ceilings);
+            if let Err(e) = self.children.start(&binding, ceilings) {
+                self.log.warn(
+                    "control",
+                    format!(
+                        "session {session}: the replaced runtime could not be restarted: {e:?}"
+                    ),
+                );
+            }
+        }
+    }
+
+    // ---- §11 -----------------------------------------------------------------
+
+    fn detach(&self, id: &str, req: &DetachSession) -> Message {
+        let session = req.session_id.as_str();
+        let _guard = self.locks.lock(session);
+        // Step 1.
+        self.children.stop(session);
+        // Step 2.
+        let binding = lock(&self.bindings).get(session).cloned();
+        let details = Details::new()
+            .with(
+                "allowed_root",
+                json!(binding.as_ref().map(|b| b.root_text.clone())),
+            )
+            .with("revision", json!(binding.as_ref().map(|b| b.revision)));
+        if !self.record(
+            id,
+            "DETACH_SESSION",
+            Some(session),
+            details,
+            RecordOutcome::default(),
+        ) {
+            return self.internal(AUDIT_FAILED);
+        }
+        // Step 3.
+        lock(&self.bindings).forget(session);
+        Message::Ack(Ack::OK)
+    }
+}
+
+fn same_binding(a: &Binding, b: &Binding) -> bool {
+    a.allowed_root == b.allowed_root
+        && a.fingerprint == b.fingerprint
+        && a.revision == b.revision
+        && a.root_grant == b.root_grant
+}
+
+fn nonzero(revision: u64) -> std::num::NonZeroU64 {
+    std::num::NonZeroU64::new(revision).unwrap_or(std::num::NonZeroU64::MIN)
+}
+
+/// The wire code and message of a browse failure.
+fn browse_error(error: &BrowseError) -> (ErrorCode, &'static str) {
+    match error {
+        BrowseError::ReferenceInvalid(message) => (ErrorCode::DirectoryReferenceInvalid, message),
+        BrowseError::Unavailable(message) => (ErrorCode::DirectoryUnavailable, message),
+        BrowseError::Random => (
+            ErrorCode::InternalError,
+            "No randomness is available for a directory reference.",
+        ),
+    }
+}
