@@ -232,6 +232,18 @@ fn tokens_store_read_and_clear() {
     let (again, origin) = store.audit_key_for_start(&mut no_check()).unwrap();
     assert_eq!(origin, KeyOrigin::Stored);
     assert!(same_key(&key, &again));
+
+    // Start-up reads the key and the tokens together.
+    store
+        .store_tokens(&secret("rt-2"), &secret("at-2"))
+        .unwrap();
+    let (third, origin, tokens) = store.secrets_for_start(&mut no_check()).unwrap();
+    assert_eq!(origin, KeyOrigin::Stored);
+    assert!(same_key(&key, &third));
+    assert_eq!(
+        (tokens.access, tokens.refresh),
+        (Some(secret("at-2")), Some(secret("rt-2")))
+    );
 }
 
 // --- the audit key (AUDIT.md §7) ---------------------------------------------

@@ -429,7 +429,16 @@ fn renewal_uses_a_token_rotated_in_the_store_and_refuses_the_same_one() {
             home.path().join("legacy"),
         )
     };
-    let credentials = StoredCredentials::new(store());
+    let initial = autogpt_shim::secrets::SecretString::new(ACCESS.into());
+    let credentials = StoredCredentials::new(store(), Some(&initial));
+    assert_eq!(
+        credentials
+            .access_token()
+            .unwrap()
+            .as_deref()
+            .map(String::as_str),
+        Some(ACCESS)
+    );
     let old = Zeroizing::new(ACCESS.to_owned());
     assert!(matches!(
         credentials.renew(Some(&old)),
@@ -440,6 +449,15 @@ fn renewal_uses_a_token_rotated_in_the_store_and_refuses_the_same_one() {
         Renewal::Retry(token) => assert_eq!(token.as_str(), "rotated-access"),
         other => panic!("{other:?}"),
     }
+    // The renewed token is the one later upgrades use.
+    assert_eq!(
+        credentials
+            .access_token()
+            .unwrap()
+            .as_deref()
+            .map(String::as_str),
+        Some("rotated-access")
+    );
 }
 
 #[test]

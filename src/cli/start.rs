@@ -32,7 +32,7 @@ use crate::jail::roots;
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
 use crate::protocol::Backoff;
-use crate::secrets::{ErrorClass, KeyCheck, KeyOrigin, SecretError, SecretStore};
+use crate::secrets::{ErrorClass, KeyCheck, KeyOrigin, SecretError, SecretStore, Tokens};
 use crate::sys;
 use crate::transport::Connector;
 
@@ -141,13 +141,14 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     };
 
     // Step 3: secret store, audit key, writer.
-    let (store, audit, writer_thread) = match open_audit(&config, &session_id, &env, &log, stderr) {
-        Ok(opened) => opened,
-        Err(refusal) => {
-            say!(stderr, "{}", refusal.message);
-            return refusal.code;
-        }
-    };
+    let (store, tokens, audit, writer_thread) =
+        match open_audit(&config, &session_id, &env, &log, stderr) {
+            Ok(opened) => opened,
+            Err(refusal) => {
+                say!(stderr, "{}", refusal.message);
+                return refusal.code;
+            }
+        };
     let finish = |code: u8| {
         writer_thread.join();
         code
@@ -192,6 +193,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         session_id,
         connector: &connector,
         store,
+        tokens,
         identity,
         jail,
         host_env,
@@ -214,6 +216,7 @@ struct Serve<'a> {
     session_id: String,
     connector: &'a Connector,
     store: SecretStore,
+    tokens: Tokens,
     identity: Identity,
     jail: Arc<Jail>,
     host_env: Vec<(OsString, OsString)>,
@@ -233,6 +236,7 @@ fn serve(s: Serve<'_>) -> u8 {
         session_id,
         connector,
         store,
+        tokens,
         identity,
         jail,
         host_env,
@@ -247,22 +251,12 @@ fn serve(s: Serve<'_>) -> u8 {
     } = s;
 
     // Step 7: without any token there is nothing to connect with.
-    match store.tokens() {
-        Ok(tokens) if tokens.access.is_none() && tokens.refresh.is_none() => {
-            say!(
-                stderr,
-                "Authentication failed: not authenticated; run autogpt-shim auth"
-            );
-            return stop_record(&audit, stop_written, exit::EX_NOPERM, stderr);
-        }
-        Ok(_) => {}
-        Err(e) => {
-            say!(
-                stderr,
-                "Preflight failed: cannot read the stored tokens: {e}"
-            );
-            return stop_record(&audit, stop_written, exit::EX_CONFIG, stderr);
-        }
+    if tokens.access.is_none() && tokens.refresh.is_none() {
+        say!(
+            stderr,
+            "Authentication failed: not authenticated; run autogpt-shim auth"
+        );
+        return stop_record(&audit, stop_written, exit::EX_NOPERM, stderr);
     }
 
     if let Err(e) = start_signal_thread(signals, Arc::clone(stop), Arc::clone(stop_written), log) {
@@ -311,7 +305,7 @@ fn serve(s: Serve<'_>) -> u8 {
     let session = Session {
         url: config.endpoints.session_url(&session_id),
         connector: Arc::new(connector.clone()),
-        credentials: Arc::new(StoredCredentials::new(store)),
+        credentials: Arc::new(StoredCredentials::new(store, tokens.access.as_ref())),
         advertised: handshake::advertised_capabilities(&Gates::from_config(config), &kind),
         identity,
         probes: Probes::default(),
@@ -404,7 +398,7 @@ fn open_audit(
     env: &Environment,
     log: &Log,
     stderr: &mut dyn Write,
-) -> Result<(SecretStore, AuditLog, WriterThread), Refusal> {
+) -> Result<(SecretStore, Tokens, AuditLog, WriterThread), Refusal> {
     let selected = SecretStore::select(&config.paths, env).map_err(|e| Refusal::secrets(&e))?;
     if let Some(warning) = &selected.warning {
         say!(stderr, "{PROGRAM}: {warning}");
@@ -418,9 +412,9 @@ fn open_audit(
             Ok(Some(false)) => KeyCheck::Mismatch,
             Err(why) => KeyCheck::Failed(why),
         };
-    let (key, origin) = selected
+    let (key, origin, tokens) = selected
         .store
-        .audit_key_for_start(&mut check)
+        .secrets_for_start(&mut check)
         .map_err(|e| Refusal::secrets(&e))?;
     let machine_id = config.machine_id().map_err(Refusal::preflight)?.to_owned();
     let mut options = WriterOptions::new(config.audit_log_path.clone(), VERSION);
@@ -447,7 +441,7 @@ fn open_audit(
             ),
         );
     }
-    Ok((selected.store, audit, thread))
+    Ok((selected.store, tokens, audit, thread))
 }
 
 /// The recording preview always refuses to start (CLI.md §4.2 step 4).

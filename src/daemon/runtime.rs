@@ -31,7 +31,7 @@ use crate::protocol::{
     self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
     TerminalClose, classify_close,
 };
-use crate::secrets::SecretStore;
+use crate::secrets::{SecretStore, SecretString};
 use crate::transport::{Connector, Disposition, Incoming, Reader, TransportError, Writer};
 
 const COMPONENT: &str = "connection";
@@ -58,43 +58,48 @@ pub enum Renewal {
     Definitive(String),
 }
 
-/// Tokens from the secret store. Renewal is serialised by one lock shared by
-/// every connection of the process; inside it the stored access token is
-/// read again, and a token that differs from the refused one (rotated by
-/// `autogpt-shim auth` or by another connection) is used without asking
-/// the token endpoint.
+/// Tokens from the secret store. The access token read at start is kept in
+/// memory for the upgrades; renewal is serialised by one lock shared by
+/// every connection of the process, and inside it the stored access token
+/// is read again: one that differs from the refused one (rotated by
+/// `autogpt-shim auth` or by another connection) is used without asking the
+/// token endpoint.
 #[derive(Debug)]
 pub struct StoredCredentials {
     store: SecretStore,
-    renewal: Mutex<()>,
+    current: Mutex<Option<Zeroizing<String>>>,
 }
 
 impl StoredCredentials {
-    /// Tokens from `store`.
-    pub fn new(store: SecretStore) -> StoredCredentials {
+    /// Tokens from `store`, starting with the access token read at start.
+    pub fn new(store: SecretStore, access: Option<&SecretString>) -> StoredCredentials {
         StoredCredentials {
             store,
-            renewal: Mutex::new(()),
+            current: Mutex::new(access.map(|t| Zeroizing::new(t.expose().to_owned()))),
         }
     }
 }
 
 impl Credentials for StoredCredentials {
     fn access_token(&self) -> Result<Option<Zeroizing<String>>, String> {
-        match self.store.access_token() {
-            Ok(token) => Ok(token.map(|t| Zeroizing::new(t.expose().to_owned()))),
-            Err(e) => Err(e.to_string()),
-        }
+        Ok(self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone())
     }
 
     fn renew(&self, rejected: Option<&Zeroizing<String>>) -> Renewal {
-        let _serialised = self
-            .renewal
+        // Held for the whole renewal: connections renew one at a time.
+        let mut current = self
+            .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match self.store.access_token() {
-            Ok(Some(current)) if rejected.is_none_or(|r| r.as_str() != current.expose()) => {
-                Renewal::Retry(Zeroizing::new(current.expose().to_owned()))
+            Ok(Some(stored)) if rejected.is_none_or(|r| r.as_str() != stored.expose()) => {
+                let token = Zeroizing::new(stored.expose().to_owned());
+                *current = Some(token.clone());
+                Renewal::Retry(token)
             }
             Ok(_) => Renewal::Definitive(
                 "the platform refused the stored access token (HTTP 401); run autogpt-shim auth"

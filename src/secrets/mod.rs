@@ -261,8 +261,22 @@ impl SecretStore {
         &self,
         check: &mut dyn FnMut(&AuditKey) -> KeyCheck,
     ) -> Result<(AuditKey, KeyOrigin), SecretError> {
+        self.secrets_for_start(check)
+            .map(|(key, origin, _)| (key, origin))
+    }
+
+    /// [`audit_key_for_start`](Self::audit_key_for_start) and the stored
+    /// tokens together: with the file store one decryption serves both,
+    /// which is most of the daemon's start-up time.
+    pub fn secrets_for_start(
+        &self,
+        check: &mut dyn FnMut(&AuditKey) -> KeyCheck,
+    ) -> Result<(AuditKey, KeyOrigin, Tokens), SecretError> {
         match &self.backend {
-            Backend::Keychain(keychain) => self.keychain_key_for_start(keychain),
+            Backend::Keychain(keychain) => {
+                let (key, origin) = self.keychain_key_for_start(keychain)?;
+                Ok((key, origin, self.tokens()?))
+            }
             Backend::File(file) => self.file_key_for_start(file, check),
         }
     }
@@ -324,16 +338,28 @@ impl SecretStore {
         &self,
         file: &TokenFile,
         check: &mut dyn FnMut(&AuditKey) -> KeyCheck,
-    ) -> Result<(AuditKey, KeyOrigin), SecretError> {
+    ) -> Result<(AuditKey, KeyOrigin, Tokens), SecretError> {
         let location = KeyLocation::TokensFile(file.path());
         // The common case needs no lock: the key is there.
-        if let Some(text) = file.read()?.audit_key {
-            return Ok((parse_key(&text, location)?, KeyOrigin::Stored));
+        let contents = file.read()?;
+        if let Some(text) = &contents.audit_key {
+            let tokens = Tokens {
+                access: contents.access_token,
+                refresh: contents.refresh_token,
+            };
+            return Ok((parse_key(text, location)?, KeyOrigin::Stored, tokens));
         }
         file.update(|contents| {
+            let tokens = Tokens {
+                access: contents.access_token.clone(),
+                refresh: contents.refresh_token.clone(),
+            };
             // Re-checked under the lock: another process may have stored one.
             if let Some(text) = &contents.audit_key {
-                return Ok(((parse_key(text, location)?, KeyOrigin::Stored), false));
+                return Ok((
+                    (parse_key(text, location)?, KeyOrigin::Stored, tokens),
+                    false,
+                ));
             }
             let (key, text, origin) = match self.legacy_key(file.passphrase(), check)? {
                 Some((key, text)) => (key, text, KeyOrigin::ImportedLegacy),
@@ -343,7 +369,7 @@ impl SecretStore {
                 }
             };
             contents.audit_key = Some(text);
-            Ok(((key, origin), true))
+            Ok(((key, origin, tokens), true))
         })
     }
 
