@@ -1,10 +1,12 @@
-//! `start`: the daemon in the foreground (CLI.md §4.2), legacy
-//! `--session-id` mode.
+//! `start`: the daemon in the foreground (CLI.md §4.2), in persistent
+//! machine-control mode or in legacy `--session-id` mode.
 //!
 //! This module owns the startup sequence and the exit status: configuration,
-//! the session root, the secret store and audit key, the audit writer, the
-//! preflight checks, `SHIM_START`, the token check, then the connection
-//! runtime until a stop signal or a terminal condition, and `SHIM_STOP`.
+//! the session root (legacy mode), the secret store and audit key, the audit
+//! writer, the preflight checks, `SHIM_START`, the token check, then the
+//! connection runtime (with the control plane and its child runtimes in
+//! control mode) until a stop signal or a terminal condition, and
+//! `SHIM_STOP`.
 //! Every failure before the first connection is one `Preflight failed:` line
 //! and exit 78, and nothing is connected before `SHIM_START` is durable. It
 //! never prints a token, the audit key or the passphrase, and it never
@@ -20,11 +22,16 @@ use serde_json::json;
 use super::{PROGRAM, VERSION, load_config};
 use crate::audit::writer::{RotateReason, WriterOptions, WriterThread};
 use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
-use crate::config::{Config, Environment, Mode, Overrides};
+use crate::config::{Config, Environment, Mode, Overrides, Platform};
+use crate::control::bindings::Revisions;
+use crate::control::children::{ChildTemplate, Children};
+use crate::control::grant::GrantKey;
+use crate::control::plane::{ControlPlane, ControlSettings, IDLE_AFTER, REAP_INTERVAL};
+use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
-use crate::daemon::limits::{MachineLimitSettings, MachineLimits};
+use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
 use crate::daemon::pool::{Pool, WORKERS};
-use crate::daemon::runtime::{self, DataSession, Outcome, Session, StoredCredentials};
+use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session, StoredCredentials};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exit;
@@ -67,6 +74,14 @@ impl Refusal {
     }
 }
 
+/// What `start` runs, decided before anything is written.
+enum Daemon {
+    /// One data connection for this session, jailed to this root.
+    Legacy { session_id: String, jail: Arc<Jail> },
+    /// The control connection and per-chat children.
+    Control,
+}
+
 /// Runs `start` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
     // Blocked before any thread exists (the keychain's D-Bus client and the
@@ -86,20 +101,13 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         Ok(config) => config,
         Err(code) => return code,
     };
-    let Mode::Legacy { session_id } = config.mode.clone() else {
-        say!(
-            stderr,
-            "Preflight failed: persistent machine control (start without a session id) is not available in this version; start with --session-id ID"
-        );
-        return exit::EX_CONFIG;
-    };
     let env = Environment::from_process();
     let host_env: Vec<(OsString, OsString)> = env
         .iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
     let connector = match Connector::from_config(&config, &host_env) {
-        Ok(connector) => connector,
+        Ok(connector) => Arc::new(connector),
         Err(e) => {
             say!(stderr, "{PROGRAM}: configuration error: {e}");
             return exit::EX_CONFIG;
@@ -111,47 +119,52 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     };
     let log = Log::stderr(config.log_level);
 
-    // Step 2: the session root.
-    let root = match roots::prepare_legacy_root(
-        &config.allowed_root,
-        config.allowed_root_is_default(),
-        &config.paths.home,
-    ) {
-        Ok(root) => root,
-        Err(problem) => {
-            say!(stderr, "Preflight failed: {problem}");
-            return exit::EX_CONFIG;
-        }
-    };
-    if root.created {
-        say!(stdout, "Created allowed_root {}", root.path.display());
-    }
-    let jail = match Jail::pin(
-        &root.path,
-        JailOptions {
-            no_xdev: config.jail_no_xdev,
-            ..JailOptions::default()
+    // Step 2: the session root (legacy mode only, CLI.md §8).
+    let daemon = match &config.mode {
+        Mode::Legacy { session_id } => match legacy_root(&config, stdout, stderr) {
+            Ok(jail) => Daemon::Legacy {
+                session_id: session_id.clone(),
+                jail,
+            },
+            Err(code) => return code,
         },
-    ) {
-        Ok(jail) => Arc::new(jail),
-        Err(e) => {
-            say!(stderr, "Preflight failed: {e}");
-            return exit::EX_CONFIG;
-        }
+        Mode::Control => Daemon::Control,
     };
 
-    // Step 3: secret store, audit key, writer.
-    let (store, tokens, audit, writer_thread) =
-        match open_audit(&config, &session_id, &env, &log, stderr) {
-            Ok(opened) => opened,
-            Err(refusal) => {
-                say!(stderr, "{}", refusal.message);
-                return refusal.code;
-            }
-        };
+    // Step 3: secret store, audit key, writer (and the persisted grant
+    // revisions in control mode).
+    let default_session = match &daemon {
+        Daemon::Legacy { session_id, .. } => Some(session_id.as_str()),
+        Daemon::Control => None,
+    };
+    let opened = match open_audit(&config, default_session, &env, &log, stderr) {
+        Ok(opened) => opened,
+        Err(refusal) => {
+            say!(stderr, "{}", refusal.message);
+            return refusal.code;
+        }
+    };
+    let Opened {
+        store,
+        tokens,
+        audit,
+        thread: writer_thread,
+        grant_key,
+    } = opened;
     let finish = |code: u8| {
         writer_thread.join();
         code
+    };
+    let revisions = match &daemon {
+        Daemon::Control => match Revisions::load(&config.paths.state_dir) {
+            Ok(revisions) => Some(revisions),
+            Err(e) => {
+                say!(stderr, "Preflight failed: {e}");
+                drop(audit);
+                return finish(exit::EX_CONFIG);
+            }
+        },
+        Daemon::Legacy { .. } => None,
     };
 
     // Step 4: preflight checks.
@@ -173,10 +186,23 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     }
 
     // Step 6: what runs.
-    let machine_id = identity.machine_id.clone();
-    say!(stdout, "Starting shim daemon (machine_id={machine_id})");
-    say!(stdout, "Legacy direct session: {session_id}");
-    say!(stdout, "Allowed root: {}", jail.root());
+    say!(
+        stdout,
+        "Starting shim daemon (machine_id={})",
+        identity.machine_id
+    );
+    match &daemon {
+        Daemon::Legacy { session_id, jail } => {
+            say!(stdout, "Legacy direct session: {session_id}");
+            say!(stdout, "Allowed root: {}", jail.root());
+        }
+        Daemon::Control => {
+            say!(
+                stdout,
+                "Mode: persistent machine control (folders are selected per chat)"
+            );
+        }
+    }
     if config.enable_shell {
         say!(
             stdout,
@@ -188,67 +214,6 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop_written = Arc::new(AtomicBool::new(false));
-    let code = serve(Serve {
-        config: &config,
-        session_id,
-        connector: &connector,
-        store,
-        tokens,
-        identity,
-        jail,
-        host_env,
-        umask,
-        audit: audit.clone(),
-        log: &log,
-        stop: &stop,
-        stop_written: &stop_written,
-        signals,
-        stdout,
-        stderr,
-    });
-    drop(audit);
-    finish(code)
-}
-
-/// Steps 7–9, with everything the earlier steps set up.
-struct Serve<'a> {
-    config: &'a Config,
-    session_id: String,
-    connector: &'a Connector,
-    store: SecretStore,
-    tokens: Tokens,
-    identity: Identity,
-    jail: Arc<Jail>,
-    host_env: Vec<(OsString, OsString)>,
-    umask: rustix::fs::Mode,
-    audit: AuditLog,
-    log: &'a Log,
-    stop: &'a Arc<AtomicBool>,
-    stop_written: &'a Arc<AtomicBool>,
-    signals: sys::SignalSet,
-    stdout: &'a mut dyn Write,
-    stderr: &'a mut dyn Write,
-}
-
-fn serve(s: Serve<'_>) -> u8 {
-    let Serve {
-        config,
-        session_id,
-        connector,
-        store,
-        tokens,
-        identity,
-        jail,
-        host_env,
-        umask,
-        audit,
-        log,
-        stop,
-        stop_written,
-        signals,
-        stdout,
-        stderr,
-    } = s;
 
     // Step 7: without any token there is nothing to connect with.
     if tokens.access.is_none() && tokens.refresh.is_none() {
@@ -256,82 +221,290 @@ fn serve(s: Serve<'_>) -> u8 {
             stderr,
             "Authentication failed: not authenticated; run autogpt-shim auth"
         );
-        return stop_record(&audit, stop_written, exit::EX_NOPERM, stderr);
+        let code = stop_record(&audit, &stop_written, exit::EX_NOPERM, stderr);
+        drop(audit);
+        return finish(code);
     }
 
-    if let Err(e) = start_signal_thread(signals, Arc::clone(stop), Arc::clone(stop_written), log) {
-        say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
-        return stop_record(&audit, stop_written, exit::EX_SOFTWARE, stderr);
-    }
-    let spawner = match std::env::current_exe().and_then(|exe| Spawner::start(&exe)) {
-        Ok(spawner) => Arc::new(spawner),
-        Err(e) => {
-            say!(
-                stderr,
-                "Preflight failed: cannot start the command spawner: {e}"
-            );
-            return stop_record(&audit, stop_written, exit::EX_CONFIG, stderr);
-        }
-    };
-    let pool = match Pool::new(WORKERS) {
-        Ok(pool) => pool,
-        Err(e) => {
-            say!(
-                stderr,
-                "Preflight failed: cannot start the worker pool: {e}"
-            );
-            return stop_record(&audit, stop_written, exit::EX_CONFIG, stderr);
-        }
-    };
-    let kind = ConnectionKind::Data {
-        session_id: session_id.clone(),
-    };
-    let plane = DataSession {
-        session_id: session_id.clone(),
-        data: DataPlane {
-            jail,
-            spawner,
-            host_env: Arc::new(host_env),
-            commands: Arc::new(MachineLimits::new(MachineLimitSettings::from_config(
-                config,
-            ))),
-            shell_enabled: config.enable_shell,
-            refuse_multilink_reads: config.refuse_multilink_reads,
-            umask,
-        },
-        activity: None,
-        machine_pool: None,
-    };
-    let session = Session {
-        url: config.endpoints.session_url(&session_id),
-        connector: Arc::new(connector.clone()),
+    // Step 8.
+    let code = match Running::start(RunningParts {
+        config: &config,
+        daemon,
+        connector,
         credentials: Arc::new(StoredCredentials::new(store, tokens.access.as_ref())),
-        advertised: handshake::advertised_capabilities(&Gates::from_config(config), &kind),
         identity,
-        probes: Probes::default(),
-        ceilings: Limits::from_config(config),
-        backoff: Backoff {
+        host_env,
+        umask,
+        audit: audit.clone(),
+        grant_key,
+        revisions,
+        log: &log,
+        stop: &stop,
+    }) {
+        Ok(running) => {
+            if let Err(e) =
+                start_signal_thread(signals, Arc::clone(&stop), Arc::clone(&stop_written), &log)
+            {
+                say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
+                stop.store(true, Ordering::SeqCst);
+            }
+            let outcome = running.run();
+            // Step 9.
+            conclude(outcome, &audit, &stop_written, &log, stdout, stderr)
+        }
+        Err(message) => {
+            say!(stderr, "Preflight failed: {message}");
+            stop_record(&audit, &stop_written, exit::EX_CONFIG, stderr)
+        }
+    };
+    drop(audit);
+    finish(code)
+}
+
+/// CLI.md §8 for the configured root, then pinned.
+fn legacy_root(
+    config: &Config,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<Arc<Jail>, u8> {
+    let root = match roots::prepare_legacy_root(
+        &config.allowed_root,
+        config.allowed_root_is_default(),
+        &config.paths.home,
+    ) {
+        Ok(root) => root,
+        Err(problem) => {
+            say!(stderr, "Preflight failed: {problem}");
+            return Err(exit::EX_CONFIG);
+        }
+    };
+    if root.created {
+        say!(stdout, "Created allowed_root {}", root.path.display());
+    }
+    match Jail::pin(&root.path, jail_options(config)) {
+        Ok(jail) => Ok(Arc::new(jail)),
+        Err(e) => {
+            say!(stderr, "Preflight failed: {e}");
+            Err(exit::EX_CONFIG)
+        }
+    }
+}
+
+fn jail_options(config: &Config) -> JailOptions {
+    JailOptions {
+        no_xdev: config.jail_no_xdev,
+        ..JailOptions::default()
+    }
+}
+
+/// What step 8 is built from.
+struct RunningParts<'a> {
+    config: &'a Config,
+    daemon: Daemon,
+    connector: Arc<Connector>,
+    credentials: Arc<StoredCredentials>,
+    identity: Identity,
+    host_env: Vec<(OsString, OsString)>,
+    umask: rustix::fs::Mode,
+    audit: AuditLog,
+    grant_key: GrantKey,
+    revisions: Option<Revisions>,
+    log: &'a Log,
+    stop: &'a Arc<AtomicBool>,
+}
+
+/// The running daemon: the runtime of its one connection, and in control
+/// mode the control plane with its children and idle reaper.
+struct Running {
+    session: Session,
+    pool: Arc<Pool>,
+    control: Option<Arc<ControlPlane>>,
+    reaper: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Running {
+    fn start(parts: RunningParts<'_>) -> Result<Running, String> {
+        let RunningParts {
+            config,
+            daemon,
+            connector,
+            credentials,
+            identity,
+            host_env,
+            umask,
+            audit,
+            grant_key,
+            revisions,
+            log,
+            stop,
+        } = parts;
+        let spawner = std::env::current_exe()
+            .and_then(|exe| Spawner::start(&exe))
+            .map(Arc::new)
+            .map_err(|e| format!("cannot start the command spawner: {e}"))?;
+        let pool = Pool::new(WORKERS)
+            .map(Arc::new)
+            .map_err(|e| format!("cannot start the worker pool: {e}"))?;
+        let host_env = Arc::new(host_env);
+        let commands: Arc<dyn CommandGate + Send> = Arc::new(MachineLimits::new(
+            MachineLimitSettings::from_config(config),
+        ));
+        let gates = Gates::from_config(config);
+        let ceilings = Limits::from_config(config);
+        let backoff = Backoff {
             base: config.reconnect_base_delay,
             max_delay: config.reconnect_max_delay,
             jitter: config.reconnect_jitter_seconds,
-        },
-        audit: AuditSink::Log(audit.clone()),
-        log: log.clone(),
-        stop: Arc::clone(stop),
-        audit_path: config.audit_log_path.clone(),
-        plane: Arc::new(plane),
-    };
+        };
+        let data_plane = |jail: Arc<Jail>| DataPlane {
+            jail,
+            spawner: Arc::clone(&spawner),
+            host_env: Arc::clone(&host_env),
+            commands: Arc::clone(&commands),
+            shell_enabled: config.enable_shell,
+            refuse_multilink_reads: config.refuse_multilink_reads,
+            umask,
+        };
+        let (url, kind, plane, control): (String, ConnectionKind, Arc<dyn Plane>, _) = match daemon
+        {
+            Daemon::Legacy { session_id, jail } => (
+                config.endpoints.session_url(&session_id),
+                ConnectionKind::Data {
+                    session_id: session_id.clone(),
+                },
+                Arc::new(DataSession {
+                    session_id,
+                    data: data_plane(jail),
+                    activity: None,
+                    machine_pool: None,
+                }),
+                None,
+            ),
+            Daemon::Control => {
+                let machine_pool = Arc::new(WorkPool::new(ceilings.max_concurrent));
+                let data_kind = ConnectionKind::Data {
+                    session_id: String::new(),
+                };
+                let template = ChildTemplate {
+                    endpoints: config.endpoints.clone(),
+                    connector: Arc::clone(&connector),
+                    credentials: credentials.clone(),
+                    identity: identity.clone(),
+                    advertised: handshake::advertised_capabilities(&gates, &data_kind),
+                    backoff,
+                    audit: audit.clone(),
+                    log: log.clone(),
+                    audit_path: config.audit_log_path.clone(),
+                    spawner: Arc::clone(&spawner),
+                    host_env: Arc::clone(&host_env),
+                    commands: Arc::clone(&commands),
+                    shell_enabled: config.enable_shell,
+                    refuse_multilink_reads: config.refuse_multilink_reads,
+                    umask,
+                    jail_options: jail_options(config),
+                };
+                let children = Children::new(
+                    template,
+                    Arc::clone(&pool),
+                    Arc::clone(&machine_pool),
+                    Arc::clone(stop),
+                );
+                let settings = ControlSettings {
+                    grant_key,
+                    machine_id: identity.machine_id.clone(),
+                    home: config.paths.home.clone(),
+                    wsl: config.host.platform == Some(Platform::Wsl2),
+                    audit: audit.clone(),
+                    revisions: revisions.ok_or("the grant revisions were not loaded")?,
+                    log: log.clone(),
+                    ceilings,
+                };
+                let control = Arc::new(ControlPlane::new(settings, children, machine_pool));
+                (
+                    config.endpoints.control_url().to_owned(),
+                    ConnectionKind::Control,
+                    Arc::clone(&control) as Arc<dyn Plane>,
+                    Some(control),
+                )
+            }
+        };
+        let reaper = match &control {
+            Some(control) => Some(
+                control
+                    .spawn_reaper(REAP_INTERVAL, IDLE_AFTER, Arc::clone(stop))
+                    .map_err(|e| format!("cannot start the idle reaper: {e}"))?,
+            ),
+            None => None,
+        };
+        let session = Session {
+            url,
+            connector,
+            credentials,
+            advertised: handshake::advertised_capabilities(&gates, &kind),
+            identity,
+            probes: Probes::default(),
+            ceilings,
+            backoff,
+            audit: AuditSink::Log(audit),
+            log: log.clone(),
+            stop: Arc::clone(stop),
+            audit_path: config.audit_log_path.clone(),
+            plane,
+        };
+        Ok(Running {
+            session,
+            pool,
+            control,
+            reaper,
+            stop: Arc::clone(stop),
+        })
+    }
 
-    // Step 8.
-    let outcome = runtime::run(&session, &pool);
-    // Commands end with the spawner; workers are idle once `run` returned.
-    drop(session);
-    drop(pool);
+    /// Runs until the end; every child is stopped before it returns.
+    fn run(self) -> Outcome {
+        let outcome = runtime::run(&self.session, &self.pool);
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(reaper) = self.reaper {
+            let _ = reaper.join();
+        }
+        let mut outcome = outcome;
+        if let Some(control) = &self.control {
+            control.children().stop_all();
+            // A child's daemon-wide failure is why the control runtime
+            // stopped.
+            if let Some(fatal) = control.children().fatal() {
+                if outcome == Outcome::Stopped {
+                    outcome = fatal;
+                }
+            }
+        }
+        outcome
+    }
+}
 
-    // Step 9.
+/// Step 9: the last record and the exit status (CLI.md §4.2).
+fn conclude(
+    outcome: Outcome,
+    audit: &AuditLog,
+    stop_written: &AtomicBool,
+    log: &Log,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> u8 {
+    if !audit.is_healthy() {
+        let why = audit
+            .failure()
+            .unwrap_or_else(|| "an audit record could not be written".into());
+        say!(
+            stderr,
+            "{PROGRAM}: stopping: the audit log failed ({why}); the shim refuses to run without its mandatory audit log"
+        );
+        return exit::EX_CONFIG;
+    }
     match outcome {
         Outcome::Stopped => {
-            let code = stop_record(&audit, stop_written, exit::SUCCESS, stderr);
+            let code = stop_record(audit, stop_written, exit::SUCCESS, stderr);
             if code == exit::SUCCESS {
                 say!(stdout, "Shim stopped.");
             }
@@ -339,23 +512,20 @@ fn serve(s: Serve<'_>) -> u8 {
         }
         Outcome::Terminal(reason) => {
             log.warn("daemon", format!("not reconnecting: {reason}"));
-            stop_record(&audit, stop_written, exit::SUCCESS, stderr)
+            stop_record(audit, stop_written, exit::SUCCESS, stderr)
         }
         Outcome::AuthFailed(reason) | Outcome::CredentialsRefused(reason) => {
             say!(stderr, "Authentication failed: {reason}");
-            stop_record(&audit, stop_written, exit::EX_NOPERM, stderr)
+            stop_record(audit, stop_written, exit::EX_NOPERM, stderr)
         }
         Outcome::Config(reason) => {
             say!(stderr, "Preflight failed: {reason}");
-            stop_record(&audit, stop_written, exit::EX_CONFIG, stderr)
+            stop_record(audit, stop_written, exit::EX_CONFIG, stderr)
         }
         Outcome::AuditFailed => {
-            let why = audit
-                .failure()
-                .unwrap_or_else(|| "an audit record could not be written".into());
             say!(
                 stderr,
-                "{PROGRAM}: stopping: the audit log failed ({why}); the shim refuses to run without its mandatory audit log"
+                "{PROGRAM}: stopping: an audit record could not be written; the shim refuses to run without its mandatory audit log"
             );
             exit::EX_CONFIG
         }
@@ -391,14 +561,24 @@ fn stop_record(audit: &AuditLog, written: &AtomicBool, code: u8, stderr: &mut dy
     }
 }
 
+/// What step 3 opened.
+struct Opened {
+    store: SecretStore,
+    tokens: Tokens,
+    audit: AuditLog,
+    thread: WriterThread,
+    /// Derived before the key went to the writer.
+    grant_key: GrantKey,
+}
+
 /// Step 3: the store, the key and the writer. Nothing is written here.
 fn open_audit(
     config: &Config,
-    session_id: &str,
+    default_session: Option<&str>,
     env: &Environment,
     log: &Log,
     stderr: &mut dyn Write,
-) -> Result<(SecretStore, Tokens, AuditLog, WriterThread), Refusal> {
+) -> Result<Opened, Refusal> {
     let selected = SecretStore::select(&config.paths, env).map_err(|e| Refusal::secrets(&e))?;
     if let Some(warning) = &selected.warning {
         say!(stderr, "{PROGRAM}: {warning}");
@@ -419,7 +599,7 @@ fn open_audit(
     let machine_id = config.machine_id().map_err(Refusal::preflight)?.to_owned();
     let mut options = WriterOptions::new(config.audit_log_path.clone(), VERSION);
     options.machine_id = Some(machine_id);
-    options.default_session = Some(session_id.to_owned());
+    options.default_session = default_session.map(str::to_owned);
     if origin == KeyOrigin::Created {
         // A new key cannot verify an existing chain: that file is closed off
         // under its own name first (AUDIT.md §7.2).
@@ -427,6 +607,7 @@ fn open_audit(
     }
     let warn_log = log.clone();
     options.warn = Arc::new(move |text: &str| warn_log.warn("audit", text));
+    let grant_key = GrantKey::derive(&key);
     let (audit, thread) = AuditLog::open(options, key).map_err(|e| {
         Refusal::preflight(format!(
             "the shim refuses to run without its mandatory audit log: {e}"
@@ -441,7 +622,13 @@ fn open_audit(
             ),
         );
     }
-    Ok((selected.store, tokens, audit, thread))
+    Ok(Opened {
+        store: selected.store,
+        tokens,
+        audit,
+        thread,
+        grant_key,
+    })
 }
 
 /// The recording preview always refuses to start (CLI.md §4.2 step 4).
