@@ -228,6 +228,24 @@ impl Shim {
         Shim::spawn(command)
     }
 
+    /// Starts `autogpt-shim [globals] start [extra]` without a session id:
+    /// persistent machine-control mode. The home's `AUTOGPT_SHIM_ALLOWED_ROOT`
+    /// is irrelevant there and removed.
+    pub fn start_control(home: &Home, emulator: &Emulator, extra: &[&str]) -> Shim {
+        let platform = emulator.platform_url();
+        let mut args: Vec<&str> = vec!["--platform-url", &platform];
+        let ca;
+        if let Some(file) = emulator.ca_file() {
+            ca = file.to_str().unwrap().to_owned();
+            args.extend(["--ca-file", &ca]);
+        }
+        args.push("start");
+        args.extend(extra);
+        let mut command = home.command(&args);
+        command.env_remove("AUTOGPT_SHIM_ALLOWED_ROOT");
+        Shim::spawn(command)
+    }
+
     /// Starts an arbitrary command line of the binary.
     pub fn spawn(mut command: Command) -> Shim {
         command
@@ -312,6 +330,17 @@ pub fn connect(emulator: &Emulator, ack: HelloAck) -> (Conn, Value) {
         .expect("the shim did not connect to the emulator");
     let hello = conn.expect_hello(WAIT);
     conn.send_hello_ack(&ack.session_id(SESSION)).unwrap();
+    (conn, hello)
+}
+
+/// Accepts the shim's next connection and completes the handshake with
+/// `ack` exactly as given; returns the connection and the HELLO.
+pub fn accept_with(emulator: &Emulator, ack: &HelloAck) -> (Conn, Value) {
+    let conn = emulator
+        .accept(WAIT)
+        .expect("the shim did not connect to the emulator");
+    let hello = conn.expect_hello(WAIT);
+    conn.send_hello_ack(ack).unwrap();
     (conn, hello)
 }
 

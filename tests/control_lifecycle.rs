@@ -1,0 +1,597 @@
+//! Persistent machine control end to end (CONTROL.md), through the platform
+//! emulator and the real binary: browse, attach, activate, serve in the
+//! child, detach, restore; every error code of the area; reconnect
+//! invalidation; the child cap; isolation between chats.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod start_support;
+
+use std::path::Path;
+
+use autogpt_shim_emulator::{Conn, ConnKind, Emulator, Ending, HelloAck};
+use rustix::process::Signal;
+use serde_json::{Value, json};
+use start_support::*;
+
+/// Accepts the control connection with the emulator's default ack (it
+/// grants everything advertised, `session_id: null`, a connection id).
+fn control(emulator: &Emulator) -> (Conn, Value) {
+    let (conn, hello) = accept_with(emulator, &HelloAck::new());
+    assert_eq!(conn.kind(), &ConnKind::Control, "{}", conn.path());
+    (conn, hello)
+}
+
+/// Accepts a child's data connection for `session`, granting what it
+/// advertised.
+fn child(emulator: &Emulator, session: &str) -> (Conn, Value) {
+    let (conn, hello) = accept_with(emulator, &HelloAck::new().session_id(session));
+    assert_eq!(conn.path(), format!("/ws/local-executor/{session}"));
+    (conn, hello)
+}
+
+fn call(conn: &Conn, kind: &str, payload: Value) -> Value {
+    conn.call(kind, payload, WAIT).unwrap()
+}
+
+fn error_code(reply: &Value) -> &str {
+    assert_eq!(reply["type"], "ERROR", "{reply}");
+    reply["payload"]["code"].as_str().unwrap()
+}
+
+/// Browses from the virtual roots into the home directory and returns the
+/// browse id and the reference of the home entry named `name`.
+fn reference_to(conn: &Conn, home: &Path, name: &str) -> (String, String) {
+    let roots = call(
+        conn,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": null, "directory_ref": null}),
+    );
+    assert_eq!(roots["type"], "DIRECTORY_LIST_RESPONSE", "{roots}");
+    let payload = &roots["payload"];
+    let browse = payload["browse_id"].as_str().unwrap().to_owned();
+    let home_entry = &payload["entries"][0];
+    assert_eq!(home_entry["path"], home.to_str().unwrap());
+    let listing = call(
+        conn,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": browse, "directory_ref": home_entry["directory_ref"]}),
+    );
+    let entry = listing["payload"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not listed: {listing}"))
+        .clone();
+    (browse, entry["directory_ref"].as_str().unwrap().to_owned())
+}
+
+fn attach(conn: &Conn, session: &str, browse: &str, reference: &str) -> Value {
+    call(
+        conn,
+        "ATTACH_SESSION",
+        json!({"session_id": session, "browse_id": browse, "directory_ref": reference}),
+    )
+}
+
+/// A home whose directory is the virtual root, with a `project` folder.
+fn home_with_project() -> (Home, std::path::PathBuf) {
+    let home = Home::new();
+    let project = home.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let canonical = home.path().canonicalize().unwrap();
+    (home, canonical)
+}
+
+fn stop(shim: &mut Shim, home: &Home) {
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let (code, text) = home.verify();
+    assert_eq!(code, 0, "{text}");
+    assert!(!home.all_text().contains(ACCESS));
+    assert!(!shim.output().contains(ACCESS));
+}
+
+#[test]
+fn full_chat_lifecycle_browse_attach_activate_detach_restore() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &["--enable-shell"]);
+    let (conn, hello) = control(&emulator);
+    assert_eq!(hello["payload"]["allowed_root"], Value::Null);
+    assert_eq!(
+        hello["payload"]["capabilities"],
+        json!(["shell", "files", "directory_browse"])
+    );
+    assert!(
+        shim.stdout.text().contains("persistent machine control"),
+        "{}",
+        shim.output()
+    );
+
+    // Browse and attach.
+    let (browse, project_ref) = reference_to(&conn, &home_path, "project");
+    let attached = attach(&conn, "chat-1", &browse, &project_ref);
+    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+    let project = home_path.join("project");
+    assert_eq!(
+        attached["payload"]["allowed_root"],
+        project.to_str().unwrap()
+    );
+    assert_eq!(attached["payload"]["revision"], 1);
+    let grant = attached["payload"]["root_grant"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(grant.starts_with("v1."));
+    // The browse is consumed.
+    let replay = attach(&conn, "chat-1", &browse, &project_ref);
+    assert_eq!(error_code(&replay), "DIRECTORY_REFERENCE_INVALID");
+
+    // Activate: the child connects with the folder as its root.
+    let activated = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-1", "revision": 1}),
+    );
+    assert_eq!(activated["type"], "SESSION_ACTIVATED", "{activated}");
+    let (data, child_hello) = child(&emulator, "chat-1");
+    assert_eq!(
+        child_hello["payload"]["allowed_root"],
+        project.to_str().unwrap()
+    );
+    assert_eq!(
+        child_hello["payload"]["capabilities"],
+        json!(["shell", "files"])
+    );
+    let wrote = call(
+        &data,
+        "FILE_WRITE",
+        json!({"path": "notes.txt", "content": "from the chat\n"}),
+    );
+    assert_eq!(wrote["type"], "ACK", "{wrote}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("notes.txt")).unwrap(),
+        "from the chat\n"
+    );
+    let ran = call(
+        &data,
+        "EXECUTE_COMMAND",
+        json!({"command": "cat notes.txt"}),
+    );
+    assert_eq!(ran["payload"]["stdout"], "from the chat\n", "{ran}");
+    let outside = call(&data, "FILE_READ", json!({"path": "../.bashrc"}));
+    assert_eq!(error_code(&outside), "PATH_OUTSIDE_ALLOWED_ROOT");
+    // Activating again keeps the running child.
+    let again = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-1", "revision": 1}),
+    );
+    assert_eq!(again["type"], "SESSION_ACTIVATED");
+    assert!(data.ending().is_none());
+
+    // Detach stops the child and forgets the binding.
+    let detached = call(&conn, "DETACH_SESSION", json!({"session_id": "chat-1"}));
+    assert_eq!(detached["type"], "ACK", "{detached}");
+    assert!(matches!(
+        data.wait_closed(WAIT),
+        Some(Ending::ClosedByShim {
+            code: Some(1000),
+            ..
+        })
+    ));
+    let not_attached = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-1", "revision": 1}),
+    );
+    assert_eq!(error_code(&not_attached), "SESSION_NOT_ATTACHED");
+
+    // Restore with the grant: the child comes back on the same folder.
+    let restored = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-1", "root_grant": grant}),
+    );
+    assert_eq!(restored["type"], "SESSION_RESTORED", "{restored}");
+    assert_eq!(restored["payload"]["root_grant"], grant);
+    let (data, _) = child(&emulator, "chat-1");
+    let read = call(&data, "FILE_READ", json!({"path": "notes.txt"}));
+    assert_eq!(read["payload"]["content"], "from the chat\n", "{read}");
+
+    stop(&mut shim, &home);
+    let records = home.records();
+    let ops: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r["op"].as_str().unwrap(), r["session_id"].as_str().unwrap()))
+        .collect();
+    for expected in [
+        ("SHIM_START", "-"),
+        ("DIRECTORY_LIST", "-"),
+        ("SESSION_ALLOWED_ROOT_SET", "chat-1"),
+        ("ACTIVATE_SESSION", "chat-1"),
+        ("FILE_WRITE", "chat-1"),
+        ("EXECUTE_COMMAND", "chat-1"),
+        ("JAIL_VIOLATION", "chat-1"),
+        ("DETACH_SESSION", "chat-1"),
+        ("RESTORE_SESSION", "chat-1"),
+        ("FILE_READ", "chat-1"),
+        ("SHIM_STOP", "-"),
+    ] {
+        assert!(ops.contains(&expected), "{expected:?} missing from {ops:?}");
+    }
+    // No grant, reference or browse token is ever logged.
+    let text = std::fs::read_to_string(&home.audit).unwrap();
+    assert!(!text.contains(&grant));
+    assert!(!text.contains(&project_ref));
+}
+
+#[test]
+fn control_connection_refuses_data_plane_frames() {
+    let (home, _) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &["--enable-shell"]);
+    let (conn, _) = control(&emulator);
+    for (kind, payload) in [
+        ("FILE_STAT", json!({"path": "."})),
+        ("EXECUTE_COMMAND", json!({"command": "touch ran"})),
+        ("ACK", json!({"ok": true})),
+    ] {
+        let reply = call(&conn, kind, payload);
+        assert_eq!(error_code(&reply), "FEATURE_NOT_SUPPORTED", "{kind}");
+        assert_eq!(
+            reply["payload"]["message"],
+            "Execution operations require an activated per-session data connection."
+        );
+    }
+    assert!(!home.path().join("ran").exists());
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn legacy_data_connection_refuses_control_requests() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let reply = call(
+        &conn,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": null, "directory_ref": null}),
+    );
+    assert_eq!(error_code(&reply), "CAPABILITY_NOT_GRANTED");
+    assert_eq!(
+        reply["payload"]["details"]["required_capability"],
+        "directory_browse"
+    );
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn every_control_error_code_fires() {
+    let (home, home_path) = home_with_project();
+    std::fs::create_dir(home.path().join("vanishing")).unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+
+    // DIRECTORY_REFERENCE_INVALID: unknown browse, broken pair.
+    let unknown = call(
+        &conn,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": "x".repeat(32), "directory_ref": "y".repeat(32)}),
+    );
+    assert_eq!(error_code(&unknown), "DIRECTORY_REFERENCE_INVALID");
+    let half = call(
+        &conn,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": "x".repeat(32), "directory_ref": null}),
+    );
+    assert_eq!(error_code(&half), "DIRECTORY_REFERENCE_INVALID");
+
+    // DIRECTORY_UNAVAILABLE: a listed folder that disappeared; the home
+    // folder itself as a session root.
+    let (browse, vanishing) = reference_to(&conn, &home_path, "vanishing");
+    std::fs::remove_dir(home.path().join("vanishing")).unwrap();
+    let gone = attach(&conn, "chat-2", &browse, &vanishing);
+    assert_eq!(error_code(&gone), "DIRECTORY_UNAVAILABLE");
+    let roots = call(
+        &conn,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": null, "directory_ref": null}),
+    );
+    let home_ref = roots["payload"]["entries"][0]["directory_ref"].clone();
+    let dangerous = attach(
+        &conn,
+        "chat-2",
+        roots["payload"]["browse_id"].as_str().unwrap(),
+        home_ref.as_str().unwrap(),
+    );
+    assert_eq!(error_code(&dangerous), "DIRECTORY_UNAVAILABLE");
+
+    // SESSION_NOT_ATTACHED.
+    let not_attached = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-9", "revision": 1}),
+    );
+    assert_eq!(error_code(&not_attached), "SESSION_NOT_ATTACHED");
+
+    // Attach chat-2 twice: revisions 1 and 2.
+    let (browse, project) = reference_to(&conn, &home_path, "project");
+    let first = attach(&conn, "chat-2", &browse, &project);
+    let old_grant = first["payload"]["root_grant"].as_str().unwrap().to_owned();
+    let (browse, project) = reference_to(&conn, &home_path, "project");
+    let second = attach(&conn, "chat-2", &browse, &project);
+    assert_eq!(second["payload"]["revision"], 2);
+
+    // SESSION_REVISION_MISMATCH: a stale ACTIVATE and an older grant.
+    let stale = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-2", "revision": 1}),
+    );
+    assert_eq!(error_code(&stale), "SESSION_REVISION_MISMATCH");
+    assert_eq!(stale["payload"]["details"]["current_revision"], 2);
+    let older = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-2", "root_grant": old_grant}),
+    );
+    assert_eq!(error_code(&older), "SESSION_REVISION_MISMATCH");
+
+    // ROOT_GRANT_INVALID: a grant altered, presented for another session.
+    let grant = second["payload"]["root_grant"].as_str().unwrap().to_owned();
+    let mut altered = grant.clone().into_bytes();
+    let last = altered.len() - 1;
+    altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    let bad = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-2", "root_grant": altered}),
+    );
+    assert_eq!(error_code(&bad), "ROOT_GRANT_INVALID");
+    assert_eq!(bad["payload"]["message"], "Root grant signature is invalid");
+    let other = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-3", "root_grant": grant}),
+    );
+    assert_eq!(error_code(&other), "ROOT_GRANT_INVALID");
+
+    // SESSION_ALREADY_ACTIVE.
+    let activated = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-2", "revision": 2}),
+    );
+    assert_eq!(activated["type"], "SESSION_ACTIVATED", "{activated}");
+    let _child = child(&emulator, "chat-2");
+    let (browse, project) = reference_to(&conn, &home_path, "project");
+    let busy = attach(&conn, "chat-2", &browse, &project);
+    assert_eq!(error_code(&busy), "SESSION_ALREADY_ACTIVE");
+
+    // FEATURE_NOT_SUPPORTED and CAPABILITY_NOT_GRANTED are pinned by the
+    // tests above; SHIM_OVERLOADED and INTERNAL_ERROR (the child cap) below.
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn a_folder_replaced_between_attach_and_restore_is_refused() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let project = home.path().join("project");
+
+    // Deleted and recreated at the same path (the inode number is often
+    // reused on the disk the tests run on).
+    let (browse, reference) = reference_to(&conn, &home_path, "project");
+    let grant = attach(&conn, "chat-r", &browse, &reference)["payload"]["root_grant"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::remove_dir(&project).unwrap();
+    std::fs::create_dir(&project).unwrap();
+    let recreated = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-r", "root_grant": grant}),
+    );
+    assert_eq!(error_code(&recreated), "ROOT_GRANT_INVALID", "{recreated}");
+    assert_eq!(
+        recreated["payload"]["message"],
+        "The selected directory changed after the grant was issued"
+    );
+    // ACTIVATE re-verifies the remembered grant the same way.
+    let activate = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-r", "revision": 1}),
+    );
+    assert_eq!(error_code(&activate), "ROOT_GRANT_INVALID");
+
+    // Replaced by a symbolic link.
+    let (browse, reference) = reference_to(&conn, &home_path, "project");
+    let grant = attach(&conn, "chat-s", &browse, &reference)["payload"]["root_grant"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::rename(&project, home.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(home.path().join("elsewhere"), &project).unwrap();
+    let linked = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-s", "root_grant": grant}),
+    );
+    assert_eq!(error_code(&linked), "ROOT_GRANT_INVALID");
+    assert_eq!(
+        linked["payload"]["message"],
+        "Selected root cannot be a symbolic link"
+    );
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn control_reconnect_invalidates_references_and_stops_children() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (browse, reference) = reference_to(&conn, &home_path, "project");
+    let (browse2, reference2) = reference_to(&conn, &home_path, "project");
+    let attached = attach(&conn, "chat-c", &browse2, &reference2);
+    assert_eq!(attached["type"], "SESSION_ATTACHED");
+    call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-c", "revision": 1}),
+    );
+    let (data, _) = child(&emulator, "chat-c");
+
+    conn.drop_tcp().unwrap();
+    let (conn, _) = control(&emulator);
+    assert!(data.wait_closed(WAIT).is_some(), "the child was stopped");
+    let stale = attach(&conn, "chat-d", &browse, &reference);
+    assert_eq!(error_code(&stale), "DIRECTORY_REFERENCE_INVALID");
+    // The binding survived: the current revision activates again.
+    let again = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-c", "revision": 1}),
+    );
+    assert_eq!(again["type"], "SESSION_ACTIVATED", "{again}");
+    let _ = child(&emulator, "chat-c");
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn ninth_child_is_refused_with_the_session_limit() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let mut children = Vec::new();
+    for n in 0..9 {
+        let session = format!("chat-{n}");
+        let (browse, reference) = reference_to(&conn, &home_path, "project");
+        let attached = attach(&conn, &session, &browse, &reference);
+        assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+        let activated = call(
+            &conn,
+            "ACTIVATE_SESSION",
+            json!({"session_id": session, "revision": 1}),
+        );
+        if n < 8 {
+            assert_eq!(activated["type"], "SESSION_ACTIVATED", "{activated}");
+            children.push(child(&emulator, &session));
+        } else {
+            assert_eq!(error_code(&activated), "INTERNAL_ERROR");
+            assert_eq!(
+                activated["payload"]["message"],
+                "Active local-executor session limit reached"
+            );
+            assert_eq!(
+                activated["payload"]["details"],
+                json!({"reason": "active_session_limit", "max_active_sessions": 8})
+            );
+        }
+    }
+    // Detaching one frees a slot.
+    call(&conn, "DETACH_SESSION", json!({"session_id": "chat-0"}));
+    let activated = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-8", "revision": 1}),
+    );
+    assert_eq!(activated["type"], "SESSION_ACTIVATED", "{activated}");
+    let _ = child(&emulator, "chat-8");
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn two_chats_see_only_their_own_roots_and_audit_identities() {
+    let (home, home_path) = home_with_project();
+    std::fs::create_dir(home.path().join("other")).unwrap();
+    std::fs::write(home.path().join("other/secret.txt"), "other chat\n").unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    for (session, folder) in [("chat-a", "project"), ("chat-b", "other")] {
+        let (browse, reference) = reference_to(&conn, &home_path, folder);
+        attach(&conn, session, &browse, &reference);
+        call(
+            &conn,
+            "ACTIVATE_SESSION",
+            json!({"session_id": session, "revision": 1}),
+        );
+    }
+    let (first, first_hello) = accept_with(&emulator, &HelloAck::new().grant(["files"]));
+    let (second, _) = accept_with(&emulator, &HelloAck::new().grant(["files"]));
+    let (a, b) = if first_hello["payload"]["allowed_root"]
+        .as_str()
+        .unwrap()
+        .ends_with("project")
+    {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let escape = call(&a, "FILE_READ", json!({"path": "../other/secret.txt"}));
+    assert_eq!(error_code(&escape), "PATH_OUTSIDE_ALLOWED_ROOT");
+    let own = call(&b, "FILE_READ", json!({"path": "secret.txt"}));
+    assert_eq!(own["payload"]["content"], "other chat\n");
+    call(&a, "FILE_WRITE", json!({"path": "a.txt", "content": "a"}));
+    stop(&mut shim, &home);
+    for record in home.records() {
+        match record["op"].as_str().unwrap() {
+            "FILE_WRITE" => assert_eq!(record["session_id"], "chat-a"),
+            "FILE_READ" => assert_eq!(record["session_id"], "chat-b"),
+            "JAIL_VIOLATION" => assert_eq!(record["session_id"], "chat-a"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn persisted_revision_refuses_an_old_grant_after_a_restart() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (browse, reference) = reference_to(&conn, &home_path, "project");
+    let old = attach(&conn, "chat-p", &browse, &reference)["payload"]["root_grant"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (browse, reference) = reference_to(&conn, &home_path, "project");
+    let new = attach(&conn, "chat-p", &browse, &reference)["payload"]["root_grant"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    stop(&mut shim, &home);
+
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let refused = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-p", "root_grant": old}),
+    );
+    assert_eq!(
+        error_code(&refused),
+        "SESSION_REVISION_MISMATCH",
+        "{refused}"
+    );
+    assert_eq!(refused["payload"]["details"]["current_revision"], 2);
+    let restored = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-p", "root_grant": new}),
+    );
+    assert_eq!(restored["type"], "SESSION_RESTORED", "{restored}");
+    let _ = child(&emulator, "chat-p");
+    stop(&mut shim, &home);
+}
