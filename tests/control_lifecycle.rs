@@ -595,3 +595,92 @@ fn persisted_revision_refuses_an_old_grant_after_a_restart() {
     let _ = child(&emulator, "chat-p");
     stop(&mut shim, &home);
 }
+
+/// Unmounts on drop, so a failing test does not leave the mount behind.
+struct BindMount(std::path::PathBuf);
+
+impl BindMount {
+    fn new(source: &Path, target: &Path) -> Option<BindMount> {
+        let status = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(target)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then(|| BindMount(target.to_owned()))
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_folder_covered_by_a_bind_mount_is_refused() {
+    let (home, home_path) = home_with_project();
+    std::fs::create_dir(home.path().join("cover")).unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (browse, reference) = reference_to(&conn, &home_path, "project");
+    let grant = attach(&conn, "chat-m", &browse, &reference)["payload"]["root_grant"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let Some(mount) = BindMount::new(&home.path().join("cover"), &home.path().join("project"))
+    else {
+        println!("skipped: this machine does not let the test make a bind mount");
+        stop(&mut shim, &home);
+        return;
+    };
+    let covered = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-m", "root_grant": grant}),
+    );
+    assert_eq!(error_code(&covered), "ROOT_GRANT_INVALID", "{covered}");
+    assert_eq!(
+        covered["payload"]["message"],
+        "The selected directory changed after the grant was issued"
+    );
+    drop(mount);
+    let restored = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-m", "root_grant": grant}),
+    );
+    assert_eq!(restored["type"], "SESSION_RESTORED", "{restored}");
+    let _ = child(&emulator, "chat-m");
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn control_requests_beyond_max_concurrent_are_overloaded() {
+    let (home, _) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = accept_with(&emulator, &HelloAck::new().max_concurrent(1));
+    // Each DETACH makes a record durable (an fdatasync), so requests sent
+    // back to back arrive while the first is still being handled.
+    let ids: Vec<String> = (0..10)
+        .map(|n| {
+            conn.request("DETACH_SESSION", json!({"session_id": format!("gone-{n}")}))
+                .unwrap()
+        })
+        .collect();
+    let replies: Vec<Value> = ids
+        .iter()
+        .map(|id| conn.wait_response(id, WAIT).unwrap())
+        .collect();
+    let overloaded: Vec<&Value> = replies.iter().filter(|r| r["type"] == "ERROR").collect();
+    assert!(!overloaded.is_empty(), "{replies:?}");
+    for reply in &overloaded {
+        assert_eq!(reply["payload"]["code"], "SHIM_OVERLOADED", "{reply}");
+        assert_eq!(reply["pending_capacity"], 0);
+    }
+    assert!(replies.iter().any(|r| r["type"] == "ACK"));
+    stop(&mut shim, &home);
+}
