@@ -3,13 +3,16 @@
 //! TLS on 127.0.0.1) from a temporary home that is removed afterwards.
 //!
 //! In order: it creates the home (configuration, state, secret store and a
-//! `workspace` folder that becomes the allowed root) and stores a random
-//! access token in its encrypted-file secret store, the way `auth` will;
-//! starts the emulator requiring that token; runs `autogpt-shim start
-//! --session-id quickstart-demo --enable-shell` against it; grants `files`
-//! and `shell` in the handshake; runs the emulator's scripted chat (file
-//! operations in a scratch folder of the workspace, then `echo hello`);
-//! stops the shim with SIGTERM; and checks the audit log with
+//! `workspace` folder) and stores a random access token in its
+//! encrypted-file secret store, the way `auth` will; starts the emulator
+//! requiring that token; runs `autogpt-shim start --enable-shell` against it
+//! in persistent machine-control mode; then plays the platform's part of a
+//! chat: browses the machine's folders through the control connection,
+//! attaches the `workspace` folder to a chat session, activates it, and
+//! runs the emulator's scripted chat on the child connection the shim opens
+//! for that session (file operations in a scratch folder of the workspace,
+//! then `echo hello`); detaches the session and restores it with its root
+//! grant; stops the shim with SIGTERM; and checks the audit log with
 //! `autogpt-shim audit verify`. It exits 0 when every step passed, 1
 //! otherwise.
 //!
@@ -34,9 +37,9 @@ use std::time::{Duration, Instant};
 use autogpt_shim::secrets::{Passphrase, SecretStore, SecretString, TokenFile};
 use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, Ending, HelloAck, script};
 use rustix::process::{Pid, Signal, kill_process};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-/// The session the shim is started for (legacy direct-session mode).
+/// The chat session the emulator binds to the workspace.
 const SESSION: &str = "quickstart-demo";
 /// How long any one step may take.
 const WAIT: Duration = Duration::from_secs(20);
@@ -69,7 +72,7 @@ fn run() -> Result<bool, String> {
     let home = Home::create()?;
     let mut passed = true;
     println!("home (removed at the end): {}", home.dir.path().display());
-    println!("allowed root:              {}", home.root.display());
+    println!("workspace folder:          {}", home.root.display());
 
     let emulator = Emulator::start(EmulatorOptions::new().expect_token(home.token.clone()))
         .map_err(|e| format!("cannot start the platform emulator: {e}"))?;
@@ -79,7 +82,7 @@ fn run() -> Result<bool, String> {
         .to_str()
         .ok_or("the emulator's CA file path is not UTF-8")?
         .to_owned();
-    println!("platform emulator:         {}", emulator.data_url(SESSION));
+    println!("platform emulator:         {}", emulator.ws_url());
     println!("shim binary:               {}", bin.display());
     println!(
         "The shim runs with a cleared environment: it warns that the OS keychain is\n\
@@ -92,54 +95,130 @@ fn run() -> Result<bool, String> {
         "--ca-file",
         ca_file.as_str(),
         "start",
-        "--session-id",
-        SESSION,
         "--enable-shell",
     ];
     println!("$ autogpt-shim {}", args.join(" "));
     let mut shim = Shim::spawn(home.command(&bin, &args))?;
 
-    let conn = accept(&emulator, &mut shim)?;
+    // The control connection: the machine, not yet any chat.
+    let control = accept(&emulator, &mut shim)?;
     println!(
-        "ok   connected: {} (the upgrade carried the stored token)",
-        conn.path()
+        "ok   control connection: {} (the upgrade carried the stored token)",
+        control.path()
     );
-    let hello = conn
+    let hello = control
         .try_expect_hello(WAIT)
         .map_err(|e| format!("no valid HELLO: {e}"))?;
     let payload = &hello["payload"];
     println!(
-        "ok   HELLO shim {} on {}/{}, machine_id {}, capabilities {}, allowed_root {}",
+        "ok   HELLO shim {} on {}/{}, machine_id {}, capabilities {}",
         payload["shim_version"].as_str().unwrap_or("?"),
         payload["platform"].as_str().unwrap_or("?"),
         payload["arch"].as_str().unwrap_or("?"),
         payload["machine_id"],
         payload["capabilities"],
-        payload["allowed_root"]
     );
-    let advertised: Vec<&str> = payload["capabilities"]
-        .as_array()
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let mut grant = Vec::new();
-    for wanted in ["files", "shell"] {
-        if advertised.contains(&wanted) {
-            grant.push(wanted);
-        } else {
-            println!("FAIL HELLO does not advertise {wanted}");
-            passed = false;
-        }
-    }
-    let ack = conn
-        .send_hello_ack(&HelloAck::new().session_id(SESSION).grant(grant))
+    let ack = control
+        .send_hello_ack(&HelloAck::new())
         .map_err(|e| format!("cannot send HELLO_ACK: {e}"))?;
     println!("ok   HELLO_ACK {}", ack["payload"]);
 
+    // Browse to the workspace and bind the chat to it.
+    let roots = request(
+        &control,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": null, "directory_ref": null}),
+        "DIRECTORY_LIST_RESPONSE",
+    )?;
+    let names = |listing: &Value| -> Vec<String> {
+        listing["payload"]["entries"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|x| x["path"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    println!("ok   DIRECTORY_LIST roots: {:?}", names(&roots));
+    let browse = roots["payload"]["browse_id"].clone();
+    let listing = request(
+        &control,
+        "DIRECTORY_LIST_REQUEST",
+        json!({"browse_id": browse, "directory_ref": roots["payload"]["entries"][0]["directory_ref"]}),
+        "DIRECTORY_LIST_RESPONSE",
+    )?;
+    println!("ok   DIRECTORY_LIST home: {:?}", names(&listing));
+    let workspace = listing["payload"]["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|x| x["name"] == "workspace"))
+        .ok_or("the workspace folder is not listed")?
+        .clone();
+    let attached = request(
+        &control,
+        "ATTACH_SESSION",
+        json!({"session_id": SESSION, "browse_id": browse, "directory_ref": workspace["directory_ref"]}),
+        "SESSION_ATTACHED",
+    )?;
+    let grant = attached["payload"]["root_grant"].clone();
+    println!(
+        "ok   ATTACH_SESSION {SESSION} -> {} revision {} (root grant of {} characters, not shown)",
+        attached["payload"]["allowed_root"],
+        attached["payload"]["revision"],
+        grant.as_str().map_or(0, str::len)
+    );
+    request(
+        &control,
+        "ACTIVATE_SESSION",
+        json!({"session_id": SESSION, "revision": attached["payload"]["revision"]}),
+        "SESSION_ACTIVATED",
+    )?;
+    println!("ok   ACTIVATE_SESSION: the shim opens a connection for the chat");
+
+    // The chat's own connection, jailed to the workspace.
+    let (conn, hello, ack) = accept_child(&emulator, &mut shim, &mut passed)?;
     let script_passed = script::run_default(&conn, &hello, &ack, WAIT, &mut io::stdout())
         .map_err(|e| format!("cannot write to standard output: {e}"))?;
     passed &= script_passed;
 
-    passed &= stop(&mut shim, &conn)?;
+    // Detach, then restore from the grant alone.
+    request(
+        &control,
+        "DETACH_SESSION",
+        json!({"session_id": SESSION}),
+        "ACK",
+    )?;
+    match conn.wait_closed(WAIT) {
+        Some(Ending::ClosedByShim {
+            code: Some(1000), ..
+        }) => {
+            println!("ok   DETACH_SESSION: the chat's connection closed with code 1000");
+        }
+        other => {
+            println!("FAIL after DETACH_SESSION the chat's connection ended with {other:?}");
+            passed = false;
+        }
+    }
+    request(
+        &control,
+        "RESTORE_SESSION",
+        json!({"session_id": SESSION, "root_grant": grant}),
+        "SESSION_RESTORED",
+    )?;
+    println!("ok   RESTORE_SESSION with the root grant: the chat reconnects");
+    let (conn, _, _) = accept_child(&emulator, &mut shim, &mut passed)?;
+    let listed = request(
+        &conn,
+        "FILE_LIST",
+        json!({"path": "."}),
+        "FILE_LIST_RESPONSE",
+    )?;
+    println!(
+        "ok   FILE_LIST . in the restored chat: {} entries",
+        listed["payload"]["entries"].as_array().map_or(0, Vec::len)
+    );
+
+    passed &= stop(&mut shim, &[&control, &conn])?;
     passed &= verify(&bin, &home)?;
     passed &= summarise_audit(&home)?;
 
@@ -241,10 +320,6 @@ impl Home {
             (
                 "AUTOGPT_SHIM_MACHINE_ID".into(),
                 "quickstart-machine".into(),
-            ),
-            (
-                "AUTOGPT_SHIM_ALLOWED_ROOT".into(),
-                self.root.to_string_lossy().into_owned(),
             ),
             (
                 "AUTOGPT_SHIM_AUDIT_LOG_PATH".into(),
@@ -362,6 +437,54 @@ fn show(pipe: impl Read + Send + 'static, kept: Arc<Mutex<String>>) -> JoinHandl
     })
 }
 
+/// Sends a request and waits for its response, which must be of `expected`
+/// type.
+fn request(conn: &Conn, kind: &str, payload: Value, expected: &str) -> Result<Value, String> {
+    let reply = conn
+        .call(kind, payload, WAIT)
+        .map_err(|e| format!("{kind}: no response: {e}"))?;
+    if reply["type"] != expected {
+        return Err(format!("{kind}: expected {expected}, got {reply}"));
+    }
+    Ok(reply)
+}
+
+/// The chat's data connection: its HELLO must name the workspace as its
+/// root; the handshake grants files and shell.
+fn accept_child(
+    emulator: &Emulator,
+    shim: &mut Shim,
+    passed: &mut bool,
+) -> Result<(Conn, Value, Value), String> {
+    let conn = accept(emulator, shim)?;
+    let hello = conn
+        .try_expect_hello(WAIT)
+        .map_err(|e| format!("no valid HELLO on the chat connection: {e}"))?;
+    println!(
+        "ok   chat connection {}: HELLO allowed_root {}, capabilities {}",
+        conn.path(),
+        hello["payload"]["allowed_root"],
+        hello["payload"]["capabilities"]
+    );
+    let advertised: Vec<&str> = hello["payload"]["capabilities"]
+        .as_array()
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut grant = Vec::new();
+    for wanted in ["files", "shell"] {
+        if advertised.contains(&wanted) {
+            grant.push(wanted);
+        } else {
+            println!("FAIL the chat's HELLO does not advertise {wanted}");
+            *passed = false;
+        }
+    }
+    let ack = conn
+        .send_hello_ack(&HelloAck::new().session_id(SESSION).grant(grant))
+        .map_err(|e| format!("cannot send HELLO_ACK: {e}"))?;
+    Ok((conn, hello, ack))
+}
+
 /// The shim's connection, or why none came.
 fn accept(emulator: &Emulator, shim: &mut Shim) -> Result<Conn, String> {
     let deadline = Instant::now() + WAIT;
@@ -389,8 +512,9 @@ fn accept(emulator: &Emulator, shim: &mut Shim) -> Result<Conn, String> {
     }
 }
 
-/// SIGTERM, then the exit status (0) and the close code (1000).
-fn stop(shim: &mut Shim, conn: &Conn) -> Result<bool, String> {
+/// SIGTERM, then the exit status (0) and the close code (1000) of every
+/// connection.
+fn stop(shim: &mut Shim, conns: &[&Conn]) -> Result<bool, String> {
     let pid = i32::try_from(shim.child.id())
         .ok()
         .and_then(Pid::from_raw)
@@ -411,13 +535,18 @@ fn stop(shim: &mut Shim, conn: &Conn) -> Result<bool, String> {
             return Ok(false);
         }
     }
-    match conn.wait_closed(WAIT) {
-        Some(Ending::ClosedByShim {
-            code: Some(1000), ..
-        }) => println!("ok   the shim closed the connection with code 1000"),
-        other => {
-            println!("FAIL the connection ended with {other:?}, not a 1000 close from the shim");
-            passed = false;
+    for conn in conns {
+        match conn.wait_closed(WAIT) {
+            Some(Ending::ClosedByShim {
+                code: Some(1000), ..
+            }) => println!("ok   the shim closed {} with code 1000", conn.path()),
+            other => {
+                println!(
+                    "FAIL {} ended with {other:?}, not a 1000 close from the shim",
+                    conn.path()
+                );
+                passed = false;
+            }
         }
     }
     Ok(passed)
