@@ -684,3 +684,22 @@ fn control_requests_beyond_max_concurrent_are_overloaded() {
     assert!(replies.iter().any(|r| r["type"] == "ACK"));
     stop(&mut shim, &home);
 }
+
+#[test]
+fn a_corrupt_revision_file_stops_control_mode_before_it_starts() {
+    let (home, _) = home_with_project();
+    let state = home.path().join("state/autogpt-local-executor");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("grant-revisions.json"), "{oops").unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+    assert!(
+        shim.stderr.text().contains("Preflight failed: "),
+        "{}",
+        shim.output()
+    );
+    assert!(shim.stderr.text().contains("grant revision file"));
+    assert!(!home.ops().contains(&"SHIM_START".to_owned()));
+    assert!(emulator.attempts().is_empty());
+}
