@@ -92,6 +92,16 @@ impl Connector {
         self
     }
 
+    /// The proxy for a TLS connection to `host`, if one applies.
+    pub(super) fn proxy_for(&self, host: &Host) -> Option<&super::proxy::ProxyServer> {
+        self.proxy.route(host)
+    }
+
+    /// The trust anchors and pins.
+    pub(super) fn tls(&self) -> &TlsSettings {
+        &self.tls
+    }
+
     /// Whether a pin set is enforced.
     pub fn is_pinned(&self) -> bool {
         self.tls.is_pinned()
@@ -187,7 +197,7 @@ fn upgrade_request(
 /// Resolves `host` and connects to the first address that answers, within
 /// the deadline. With `loopback_only`, addresses outside the loopback range
 /// are never tried (plain-text `ws://`).
-fn dial(
+pub(super) fn dial(
     host: &Host,
     port: u16,
     loopback_only: bool,

@@ -7,7 +7,8 @@
 //! server (web PKI roots, `--ca-file`, SPKI pins via [`der`]), [`connector`]
 //! runs the steps and classifies the upgrade outcome, [`connection`] shares
 //! the open socket between one reader and writer threads, [`keepalive`]
-//! times the WebSocket pings, [`error`] names every failure.
+//! times the WebSocket pings, [`error`] names every failure. [`http`] sends
+//! the OAuth requests over the same dialling, proxy and TLS steps.
 //!
 //! The transport moves whole messages as bytes; it never parses a frame's
 //! JSON (that is the protocol layer's), never listens on a port, never reads
@@ -19,6 +20,7 @@ pub mod connection;
 pub mod connector;
 pub mod der;
 pub mod error;
+pub mod http;
 pub mod keepalive;
 pub mod proxy;
 mod stream;
@@ -30,6 +32,7 @@ pub use connection::{
 };
 pub use connector::{Connector, OPENING_TIMEOUT, websocket_config};
 pub use error::{CaFileProblem, Disposition, Stage, TransportError};
+pub use http::HttpResponse;
 pub use keepalive::{Keepalive, KeepaliveAction, PING_INTERVAL, PONG_TIMEOUT};
 pub use proxy::{ProxyConfig, ProxyResponseProblem, ProxyServer, ProxySettingProblem};
 pub use stream::POLL_INTERVAL;

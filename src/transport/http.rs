@@ -1,0 +1,258 @@
+//! One HTTP/1.1 `POST` to the platform's OAuth endpoints (AUTH.md §6, §7.3,
+//! §11), over the same dialling, proxy tunnel and TLS verification as the
+//! WebSocket: extra trust anchors, SPKI pins, plain text only to loopback.
+//!
+//! Kept deliberately small: one request per connection (`Connection:
+//! close`), a bounded response (head and body), one deadline for the whole
+//! exchange, and no redirects — a 3xx is just a status the caller refuses.
+//! It never logs or keeps the request body, which carries codes and tokens.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use zeroize::Zeroizing;
+
+use super::connector::{Connector, dial};
+use super::error::{Stage, TransportError};
+use super::proxy::open_tunnel;
+use super::stream::{Paced, Stream};
+use super::url::WsUrl;
+
+/// Longest response head accepted.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Time allowed to connect (AUTH.md §6 note: 10 s).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time allowed for the whole exchange (AUTH.md §6 note: 30 s).
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A response: the status and the body (at most the caller's bound).
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// The body, de-chunked.
+    pub body: Zeroizing<Vec<u8>>,
+}
+
+impl Connector {
+    /// `POST url` with `body` of `content_type`; the response body may hold
+    /// at most `max_body` bytes. `url` is `https://…` (or `http://` to a
+    /// loopback host).
+    pub fn post(
+        &self,
+        url: &str,
+        content_type: &str,
+        body: &[u8],
+        max_body: usize,
+    ) -> Result<HttpResponse, TransportError> {
+        // The WebSocket URL rules are the HTTP ones with another scheme.
+        let url = WsUrl::parse(&crate::config::ws_ify(url)).map_err(TransportError::Url)?;
+        let start = Instant::now();
+        let connect_deadline = start + CONNECT_TIMEOUT;
+        let deadline = start + EXCHANGE_TIMEOUT;
+        let proxy = if url.is_secure() {
+            self.proxy_for(url.host())
+        } else {
+            None
+        };
+        let tcp = match proxy {
+            Some(server) => dial(server.host(), server.port(), false, connect_deadline)?,
+            None => dial(url.host(), url.port(), !url.is_secure(), connect_deadline)?,
+        };
+        let mut socket = Paced::opening(tcp, deadline);
+        if let Some(server) = proxy {
+            open_tunnel(&mut socket, server, url.host(), url.port())?;
+        }
+        let mut stream = if url.is_secure() {
+            Stream::Tls(Box::new(self.tls().handshake(url.host(), socket)?))
+        } else {
+            Stream::Plain(socket)
+        };
+        // Only now, with the server authenticated (or on loopback), does
+        // the body go out.
+        let mut request = Zeroizing::new(Vec::with_capacity(256 + body.len()));
+        let head = format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: autogpt-shim/{}\r\n\r\n",
+            url.target(),
+            url.host_header(),
+            body.len(),
+            env!("CARGO_PKG_VERSION"),
+        );
+        request.extend_from_slice(head.as_bytes());
+        request.extend_from_slice(body);
+        stream
+            .write_all(&request)
+            .and_then(|()| stream.flush())
+            .map_err(|e| io_error(Stage::Upgrade, e))?;
+        read_response(&mut stream, max_body)
+    }
+}
+
+fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
+    if matches!(
+        source.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    ) {
+        TransportError::Timeout(stage)
+    } else {
+        TransportError::Io { stage, source }
+    }
+}
+
+/// Reads the head and the body (by `Content-Length`, chunked, or to the end
+/// of the connection).
+fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, TransportError> {
+    let mut buffer = Zeroizing::new(Vec::with_capacity(4096));
+    let mut chunk = [0u8; 4096];
+    let (status, head_len, framing) = loop {
+        let n = read_some(stream, &mut chunk)?;
+        if n == 0 {
+            return Err(malformed("the connection ended before the response head"));
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&buffer) {
+            Ok(httparse::Status::Complete(len)) => {
+                let status = response.code.ok_or_else(|| malformed("no status code"))?;
+                break (status, len, framing(response.headers)?);
+            }
+            Ok(httparse::Status::Partial) if buffer.len() > MAX_HEAD => {
+                return Err(malformed("the response head is too large"));
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(e) => return Err(malformed(&format!("unreadable response head: {e}"))),
+        }
+    };
+    let mut rest = Zeroizing::new(buffer[head_len..].to_vec());
+    let body = match framing {
+        Framing::Length(len) => {
+            if len > max_body {
+                return Err(too_large(max_body));
+            }
+            while rest.len() < len {
+                let n = read_some(stream, &mut chunk)?;
+                if n == 0 {
+                    return Err(malformed("the body ended early"));
+                }
+                rest.extend_from_slice(&chunk[..n]);
+            }
+            rest.truncate(len);
+            rest
+        }
+        Framing::Chunked => dechunk(stream, rest, max_body)?,
+        Framing::UntilClose => {
+            loop {
+                if rest.len() > max_body {
+                    return Err(too_large(max_body));
+                }
+                let n = read_some(stream, &mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                rest.extend_from_slice(&chunk[..n]);
+            }
+            rest
+        }
+    };
+    Ok(HttpResponse { status, body })
+}
+
+enum Framing {
+    Length(usize),
+    Chunked,
+    UntilClose,
+}
+
+fn framing(headers: &[httparse::Header<'_>]) -> Result<Framing, TransportError> {
+    let value = |name: &str| {
+        headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+    };
+    if let Some(encoding) = value("transfer-encoding") {
+        return if encoding == "chunked" {
+            Ok(Framing::Chunked)
+        } else {
+            Err(malformed("unsupported transfer encoding"))
+        };
+    }
+    match value("content-length") {
+        Some(len) => len
+            .parse()
+            .map(Framing::Length)
+            .map_err(|_| malformed("invalid Content-Length")),
+        None => Ok(Framing::UntilClose),
+    }
+}
+
+/// Chunked transfer coding, with the body bound applied to the decoded
+/// size and the chunk-size lines bounded too.
+fn dechunk(
+    stream: &mut Stream,
+    mut raw: Zeroizing<Vec<u8>>,
+    max_body: usize,
+) -> Result<Zeroizing<Vec<u8>>, TransportError> {
+    let mut body = Zeroizing::new(Vec::new());
+    let mut chunk = [0u8; 4096];
+    let mut fill = |raw: &mut Zeroizing<Vec<u8>>| -> Result<(), TransportError> {
+        let n = read_some(stream, &mut chunk)?;
+        if n == 0 {
+            return Err(malformed("the chunked body ended early"));
+        }
+        raw.extend_from_slice(&chunk[..n]);
+        Ok(())
+    };
+    loop {
+        let line_end = loop {
+            if let Some(pos) = raw.windows(2).position(|w| w == b"\r\n") {
+                break pos;
+            }
+            if raw.len() > 1024 {
+                return Err(malformed("a chunk size line is too long"));
+            }
+            fill(&mut raw)?;
+        };
+        let line =
+            std::str::from_utf8(&raw[..line_end]).map_err(|_| malformed("bad chunk size"))?;
+        let size_text = line.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size_text, 16).map_err(|_| malformed("bad chunk size"))?;
+        raw.drain(..line_end + 2);
+        if size == 0 {
+            return Ok(body);
+        }
+        if body.len().saturating_add(size) > max_body {
+            return Err(too_large(max_body));
+        }
+        while raw.len() < size + 2 {
+            fill(&mut raw)?;
+        }
+        body.extend_from_slice(&raw[..size]);
+        raw.drain(..size + 2);
+    }
+}
+
+/// One read; timeouts surface as `Timeout`.
+fn read_some(stream: &mut Stream, buf: &mut [u8]) -> Result<usize, TransportError> {
+    loop {
+        match stream.read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A TLS peer that closes without close_notify still ended the
+            // response (Connection: close).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
+            Err(e) => return Err(io_error(Stage::Read, e)),
+        }
+    }
+}
+
+fn malformed(why: &str) -> TransportError {
+    TransportError::Protocol(format!("HTTP response: {why}"))
+}
+
+fn too_large(max: usize) -> TransportError {
+    TransportError::MessageTooLarge { size: max + 1 }
+}
