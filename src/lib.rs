@@ -35,6 +35,7 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod control;
