@@ -30,10 +30,13 @@
 //! TLS, HTTP upgrade, per-attempt behaviours), `transport` (the byte
 //! stream), [`conn`] (one WebSocket: frames in and out), [`hello`] (the
 //! handshake), [`wire`] (envelopes and identifiers), [`script`] (the chat
-//! the command-line emulator runs).
+//! the command-line emulator runs). Beside them, [`oauth`] plays the
+//! platform's OAuth token and revoke endpoints over plain HTTP, and the
+//! user's browser against the shim's callback listener.
 
 pub mod conn;
 pub mod hello;
+pub mod oauth;
 pub mod script;
 mod server;
 mod tls;
@@ -42,5 +45,6 @@ pub mod wire;
 
 pub use conn::{Conn, Ending, RawFrame, RawKind, RawMessage};
 pub use hello::{ConnKind, HelloAck, HelloError, hello_problems};
+pub use oauth::{OAuthEmulator, RecordedRequest, RevokeBehaviour, TokenBehaviour};
 pub use server::{AttemptOutcome, Emulator, EmulatorOptions, UpgradeAttempt, UpgradeBehaviour};
 pub use tls::TlsVersions;
