@@ -6,7 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use autogpt_shim::control::bindings::{
-    BINDING_CAP, Binding, Bindings, REVISIONS_FILE, RevisionError, Revisions, StoreFull,
+    BINDING_CAP, Binding, Bindings, REVISION_CAP, REVISIONS_FILE, RevisionError, Revisions,
+    StoreFull,
 };
 
 fn binding(session: &str, revision: u64) -> Binding {
@@ -18,6 +19,7 @@ fn binding(session: &str, revision: u64) -> Binding {
         revision,
         root_grant: "v1.x.y".into(),
         dev_ino: (1, 2),
+        identity: Default::default(),
     }
 }
 
@@ -83,7 +85,14 @@ fn revisions_persist_owner_only_and_never_go_down() {
 #[test]
 fn a_corrupt_revision_file_is_refused_not_reset() {
     let tmp = tempfile::tempdir().unwrap();
-    for content in ["not json", "[1]", r#"{"chat": 0}"#, r#"{"chat": "3"}"#] {
+    for content in [
+        "not json",
+        "[1]",
+        r#"{"chat": 3}"#,
+        r#"{"chat": {"revision": 0, "updated": 1}}"#,
+        r#"{"chat": {"revision": "3", "updated": 1}}"#,
+        r#"{"chat": {"revision": 3}}"#,
+    ] {
         std::fs::write(tmp.path().join(REVISIONS_FILE), content).unwrap();
         let error = Revisions::load(tmp.path()).unwrap_err();
         assert!(matches!(error, RevisionError::Unreadable(..)), "{content}");
@@ -93,4 +102,33 @@ fn a_corrupt_revision_file_is_refused_not_reset() {
             content
         );
     }
+}
+
+#[test]
+fn the_revision_file_is_capped_and_forgets_the_session_updated_longest_ago() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Written directly: ten thousand sessions, "old" updated first.
+    let mut entries = vec![r#""old": {"revision": 4, "updated": 1}"#.to_owned()];
+    for n in 1..REVISION_CAP {
+        entries.push(format!(
+            r#""s{n}": {{"revision": 1, "updated": {}}}"#,
+            100 + n
+        ));
+    }
+    std::fs::write(
+        tmp.path().join(REVISIONS_FILE),
+        format!("{{{}}}", entries.join(", ")),
+    )
+    .unwrap();
+    let mut revisions = Revisions::load(tmp.path()).unwrap();
+    assert_eq!(revisions.len(), REVISION_CAP);
+    revisions.record("new", 1).unwrap();
+    assert_eq!(revisions.len(), REVISION_CAP);
+    assert_eq!(
+        revisions.highest("old"),
+        0,
+        "the oldest entry was forgotten"
+    );
+    assert_eq!(revisions.highest("new"), 1);
+    assert_eq!(Revisions::load(tmp.path()).unwrap().highest("s9"), 1);
 }

@@ -43,7 +43,11 @@ impl Credentials for NoToken {
     fn access_token(&self) -> Result<Option<Zeroizing<String>>, String> {
         Ok(None)
     }
-    fn renew(&self, _rejected: Option<&Zeroizing<String>>) -> Renewal {
+    fn renew(
+        &self,
+        _rejected: Option<&Zeroizing<String>>,
+        _audit: &autogpt_shim::daemon::session::AuditSink,
+    ) -> Renewal {
         Renewal::Definitive("no token in this test".into())
     }
 }
@@ -251,20 +255,22 @@ fn idle_child_is_stopped_with_a_record_and_restored_by_activate() {
 fn ping_does_not_keep_a_child_alive_but_a_request_does() {
     let fx = fixture();
     let conn = fx.activate("chat-ping");
-    // Requests keep it alive: one every 100 ms for 600 ms.
-    for _ in 0..6 {
-        std::thread::sleep(Duration::from_millis(100));
+    // Requests keep it alive: one every 250 ms for 3 s, against a 2 s
+    // idle period (the margin absorbs a loaded machine).
+    let idle = Duration::from_secs(2);
+    for _ in 0..12 {
+        std::thread::sleep(Duration::from_millis(250));
         conn.call("FILE_STAT", json!({"path": "."}), WAIT).unwrap();
-        assert!(fx.plane.reap_idle(Duration::from_millis(400)));
+        assert!(fx.plane.reap_idle(idle));
         assert!(fx.plane.children().is_live("chat-ping"));
     }
-    // PINGs do not.
-    for _ in 0..6 {
-        std::thread::sleep(Duration::from_millis(100));
+    // PINGs do not: after 2.5 s of nothing but PINGs it is idle.
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(250));
         let id = conn.ping().unwrap();
         assert_eq!(conn.wait_response(&id, WAIT).unwrap()["type"], "PONG");
     }
-    assert!(fx.plane.reap_idle(Duration::from_millis(400)));
+    assert!(fx.plane.reap_idle(idle));
     assert!(!fx.plane.children().is_live("chat-ping"));
 }
 

@@ -276,7 +276,7 @@ fn folder_grant_verification_accepts_the_same_folder() {
     let accepted = accepted_for(&dir);
     let home = tmp.path().join("home-elsewhere");
     assert_eq!(
-        verify_folder(&accepted, &home).unwrap().path,
+        verify_folder(&accepted, &home, false).unwrap().path,
         dir.canonicalize().unwrap()
     );
 }
@@ -297,7 +297,10 @@ fn folder_deleted_and_recreated_at_the_same_path_is_refused() {
         "inode before {before}, after {after} (reused: {})",
         before == after
     );
-    assert_eq!(verify_folder(&accepted, &home), Err(GrantError::Changed));
+    assert_eq!(
+        verify_folder(&accepted, &home, false),
+        Err(GrantError::Changed)
+    );
     assert!(
         !accepted.identity.as_ref().unwrap().is_empty() || before != after,
         "this filesystem keeps neither birth time nor generation and reused the inode"
@@ -313,12 +316,12 @@ fn folder_replaced_by_a_symlink_or_renamed_is_refused() {
     let home = tmp.path().join("home-elsewhere");
     std::fs::rename(&dir, tmp.path().join("moved")).unwrap();
     assert_eq!(
-        verify_folder(&accepted, &home),
+        verify_folder(&accepted, &home, false),
         Err(GrantError::Unavailable)
     );
     std::os::unix::fs::symlink(tmp.path().join("moved"), &dir).unwrap();
     assert_eq!(
-        verify_folder(&accepted, &home),
+        verify_folder(&accepted, &home, false),
         Err(GrantError::SymlinkRoot)
     );
 }
@@ -330,7 +333,7 @@ fn grant_for_a_dangerous_root_is_refused() {
     std::fs::create_dir(&home).unwrap();
     let accepted = accepted_for(&home);
     assert_eq!(
-        verify_folder(&accepted, &home),
+        verify_folder(&accepted, &home, false),
         Err(GrantError::Unavailable)
     );
 }

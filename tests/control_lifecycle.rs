@@ -665,7 +665,7 @@ fn control_requests_beyond_max_concurrent_are_overloaded() {
     let (conn, _) = accept_with(&emulator, &HelloAck::new().max_concurrent(1));
     // Each DETACH makes a record durable (an fdatasync), so requests sent
     // back to back arrive while the first is still being handled.
-    let ids: Vec<String> = (0..10)
+    let ids: Vec<String> = (0..50)
         .map(|n| {
             conn.request("DETACH_SESSION", json!({"session_id": format!("gone-{n}")}))
                 .unwrap()

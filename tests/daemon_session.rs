@@ -26,8 +26,19 @@ use serde_json::{Value, json};
 struct MemIn(Receiver<Result<Vec<u8>, Ended>>);
 
 impl Inbound for MemIn {
-    fn recv(&mut self) -> Result<Vec<u8>, Ended> {
-        self.0.recv().unwrap_or(Err(Ended::Closed(None)))
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended> {
+        loop {
+            if should_stop() {
+                return Err(Ended::Closed(None));
+            }
+            match self.0.recv_timeout(Duration::from_millis(50)) {
+                Ok(item) => return item,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(Ended::Closed(None));
+                }
+            }
+        }
     }
 }
 
@@ -443,7 +454,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
         session::serve(
             setup,
             &pool,
-            LinkIn::new(reader, writer.clone(), Arc::clone(&stop)),
+            LinkIn::new(reader, writer.clone()),
             LinkOut(writer),
             &stop,
         )

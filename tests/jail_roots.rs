@@ -37,7 +37,7 @@ impl Fx {
     }
 
     fn prepare(&self, configured: &Path, is_default: bool) -> Result<PreparedRoot, RootProblem> {
-        prepare_legacy_root(configured, is_default, &self.home)
+        prepare_legacy_root(configured, is_default, &self.home, false)
     }
 }
 
@@ -318,7 +318,7 @@ fn unwritable_root_is_refused() {
 fn assert_read_only(root: &Path) {
     assert!(!is_root(), "the check must not run as root");
     let home = Path::new(NO_HOME);
-    let problem = prepare_legacy_root(root, false, home).unwrap_err();
+    let problem = prepare_legacy_root(root, false, home, false).unwrap_err();
     assert!(
         matches!(problem, RootProblem::NoAccess(ref p, missing)
             if p == root && missing == Access::WRITE_OK),
@@ -328,4 +328,20 @@ fn assert_read_only(root: &Path) {
         problem.to_string().contains("lacks write permission"),
         "{problem}"
     );
+}
+
+#[test]
+fn wsl_drive_roots_are_refused_only_on_wsl() {
+    use autogpt_shim::jail::roots::check_dangerous_for;
+    let home = std::path::Path::new("/home/alice");
+    for drive in ["/mnt/c", "/mnt/D"] {
+        assert!(check_dangerous_for(std::path::Path::new(drive), home, true).is_err());
+        assert!(check_dangerous_for(std::path::Path::new(drive), home, false).is_ok());
+    }
+    for allowed in ["/mnt/c/Users/alice/project", "/mnt/cd", "/mnt"] {
+        assert!(
+            check_dangerous_for(std::path::Path::new(allowed), home, true).is_ok(),
+            "{allowed}"
+        );
+    }
 }

@@ -262,20 +262,6 @@ fn forbidden_upgrade_exits_77_without_retrying() {
 }
 
 #[test]
-fn refused_token_without_a_replacement_exits_77() {
-    let home = Home::new();
-    let emulator = autogpt_shim_emulator::Emulator::start(
-        autogpt_shim_emulator::EmulatorOptions::new().expect_token("a-token-we-do-not-have"),
-    )
-    .unwrap();
-    let mut shim = Shim::start(&home, &emulator, &[]);
-    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
-    assert!(shim.stderr.text().contains("run autogpt-shim auth"));
-    assert_eq!(emulator.attempts().len(), 1, "one refusal, no blind retry");
-    assert!(!shim.output().contains(ACCESS));
-}
-
-#[test]
 fn start_without_tokens_exits_77_and_records_start_and_stop() {
     let home = Home::without_tokens();
     let emulator = emulator();
@@ -412,52 +398,6 @@ fn second_signal_during_shutdown_exits_at_once() {
     shim.signal(Signal::TERM);
     assert_eq!(shim.wait(Duration::from_secs(5)), 1, "{}", shim.output());
     assert_eq!(home.ops(), ["SHIM_START"]);
-}
-
-#[test]
-fn renewal_uses_a_token_rotated_in_the_store_and_refuses_the_same_one() {
-    use autogpt_shim::daemon::runtime::{Credentials, Renewal, StoredCredentials};
-    use autogpt_shim::secrets::{Passphrase, SecretStore, TokenFile};
-    use zeroize::Zeroizing;
-    let home = Home::new();
-    let store = || {
-        SecretStore::with_file(
-            TokenFile::new(
-                home.secrets_dir(),
-                Passphrase::new(PASSPHRASE.as_bytes().to_vec()).unwrap(),
-            ),
-            home.path().join("legacy"),
-        )
-    };
-    let initial = autogpt_shim::secrets::SecretString::new(ACCESS.into());
-    let credentials = StoredCredentials::new(store(), Some(&initial));
-    assert_eq!(
-        credentials
-            .access_token()
-            .unwrap()
-            .as_deref()
-            .map(String::as_str),
-        Some(ACCESS)
-    );
-    let old = Zeroizing::new(ACCESS.to_owned());
-    assert!(matches!(
-        credentials.renew(Some(&old)),
-        Renewal::Definitive(_)
-    ));
-    home.store_tokens("rotated-access", REFRESH);
-    match credentials.renew(Some(&old)) {
-        Renewal::Retry(token) => assert_eq!(token.as_str(), "rotated-access"),
-        other => panic!("{other:?}"),
-    }
-    // The renewed token is the one later upgrades use.
-    assert_eq!(
-        credentials
-            .access_token()
-            .unwrap()
-            .as_deref()
-            .map(String::as_str),
-        Some("rotated-access")
-    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! * [`callback`] — the loopback listener the browser returns to.
 //! * [`oauth`] — the authorize URL and the token and revoke requests.
 //! * [`browser`] — asking the desktop to open the authorize URL.
+//! * [`refresh`] — the connections' tokens and the forced refresh after a
+//!   401.
 //!
 //! No token, authorization code, verifier, state or passphrase is ever
 //! printed, logged, written to the audit log, put in an argument vector or
@@ -18,3 +20,4 @@ pub mod callback;
 pub mod form;
 pub mod oauth;
 pub mod pkce;
+pub mod refresh;

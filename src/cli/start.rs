@@ -22,6 +22,7 @@ use serde_json::json;
 use super::{PROGRAM, VERSION, load_config};
 use crate::audit::writer::{RotateReason, WriterOptions, WriterThread};
 use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
+use crate::auth::refresh::{StoredCredentials, TokenEndpoint};
 use crate::config::{Config, Environment, Mode, Overrides, Platform};
 use crate::control::bindings::Revisions;
 use crate::control::children::{ChildTemplate, Children};
@@ -31,7 +32,7 @@ use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
 use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
 use crate::daemon::pool::{Pool, WORKERS};
-use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session, StoredCredentials};
+use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exit;
@@ -230,8 +231,16 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     let code = match Running::start(RunningParts {
         config: &config,
         daemon,
-        connector,
-        credentials: Arc::new(StoredCredentials::new(store, tokens.access.as_ref())),
+        connector: Arc::clone(&connector),
+        credentials: Arc::new(StoredCredentials::new(
+            store,
+            tokens.access.as_ref(),
+            TokenEndpoint {
+                connector: Arc::clone(&connector),
+                url: config.endpoints.token().to_owned(),
+                client_id: config.oauth_client_id.clone(),
+            },
+        )),
         identity,
         host_env,
         umask,
@@ -271,6 +280,7 @@ fn legacy_root(
         &config.allowed_root,
         config.allowed_root_is_default(),
         &config.paths.home,
+        config.host.platform == Some(Platform::Wsl2),
     ) {
         Ok(root) => root,
         Err(problem) => {
@@ -317,6 +327,9 @@ struct RunningParts<'a> {
 /// mode the control plane with its children and idle reaper.
 struct Running {
     session: Session,
+    /// The connection's own workers: in control mode the control requests
+    /// never wait behind (or hold up) the children's work, which runs on
+    /// the shared pool.
     pool: Arc<Pool>,
     control: Option<Arc<ControlPlane>>,
     reaper: Option<std::thread::JoinHandle<()>>,
@@ -346,6 +359,14 @@ impl Running {
         let pool = Pool::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;
+        // Control requests may wait for a child to stop, and a child's
+        // teardown waits for its own requests: they must not share workers.
+        let control_pool = match &daemon {
+            Daemon::Control => Pool::new(WORKERS)
+                .map(Arc::new)
+                .map_err(|e| format!("cannot start the control workers: {e}"))?,
+            Daemon::Legacy { .. } => Arc::clone(&pool),
+        };
         let host_env = Arc::new(host_env);
         let commands: Arc<dyn CommandGate + Send> = Arc::new(MachineLimits::new(
             MachineLimitSettings::from_config(config),
@@ -454,7 +475,7 @@ impl Running {
         };
         Ok(Running {
             session,
-            pool,
+            pool: control_pool,
             control,
             reaper,
             stop: Arc::clone(stop),
@@ -471,12 +492,10 @@ impl Running {
         let mut outcome = outcome;
         if let Some(control) = &self.control {
             control.children().stop_all();
-            // A child's daemon-wide failure is why the control runtime
-            // stopped.
+            // A child's daemon-wide failure decides the exit, whatever the
+            // control runtime saw while it stopped.
             if let Some(fatal) = control.children().fatal() {
-                if outcome == Outcome::Stopped {
-                    outcome = fatal;
-                }
+                outcome = fatal;
             }
         }
         outcome
@@ -680,11 +699,16 @@ fn start_signal_thread(
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
+            // Its own record of signals: a stop raised by a failure elsewhere
+            // must not turn the user's first Ctrl+C into the second.
+            let mut signalled = false;
             loop {
                 let Ok(signal) = sys::wait_for_termination_signal(&signals) else {
                     return;
                 };
-                if !stop.swap(true, Ordering::SeqCst) {
+                if !signalled {
+                    signalled = true;
+                    stop.store(true, Ordering::SeqCst);
                     log.info(
                         "daemon",
                         format!("signal {signal} received: stopping (send it again to exit now)"),

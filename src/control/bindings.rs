@@ -19,10 +19,16 @@ pub const BINDING_CAP: usize = 64;
 /// The file of persisted revisions, in the state directory.
 pub const REVISIONS_FILE: &str = "grant-revisions.json";
 
+/// Sessions whose revision is remembered at most. Beyond it the session
+/// updated longest ago is forgotten, and with it the protection against
+/// restoring its older grants (the platform could otherwise grow the file
+/// without bound by inventing session ids).
+pub const REVISION_CAP: usize = 10_000;
+
 /// `(session_id, allowed_root, fingerprint, revision, root_grant)`, plus the
-/// folder's `(st_dev, st_ino)` at verification, to compare with the pinned
-/// jail of the child.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// folder's `(st_dev, st_ino)` and identity at verification, to compare with
+/// the pinned jail of the child.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Binding {
     /// The chat session.
     pub session_id: String,
@@ -38,6 +44,19 @@ pub struct Binding {
     pub root_grant: String,
     /// Device and inode of the folder when the binding was verified.
     pub dev_ino: (u64, u64),
+    /// Birth time and generation of the folder then.
+    pub identity: super::grant::DirIdentity,
+}
+
+/// The grant is left out: it must never reach a log line.
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding")
+            .field("session_id", &self.session_id)
+            .field("allowed_root", &self.allowed_root)
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The in-memory store, oldest first.
@@ -137,11 +156,18 @@ impl std::fmt::Display for RevisionError {
 
 impl std::error::Error for RevisionError {}
 
+/// One session's persisted revision and when it was last raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    revision: u64,
+    updated: u64,
+}
+
 /// The highest revision per session, mirrored in the revision file.
 #[derive(Debug)]
 pub struct Revisions {
     path: PathBuf,
-    highest: BTreeMap<String, u64>,
+    highest: BTreeMap<String, Entry>,
 }
 
 impl Revisions {
@@ -160,7 +186,17 @@ impl Revisions {
 
     /// The highest revision issued or accepted for `session_id` (0: none).
     pub fn highest(&self, session_id: &str) -> u64 {
-        self.highest.get(session_id).copied().unwrap_or(0)
+        self.highest.get(session_id).map_or(0, |e| e.revision)
+    }
+
+    /// Number of sessions remembered.
+    pub fn len(&self) -> usize {
+        self.highest.len()
+    }
+
+    /// True when no session is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.highest.is_empty()
     }
 
     /// Raises the session's revision to `revision` (never lowers it) and
@@ -170,7 +206,19 @@ impl Revisions {
             return Ok(());
         }
         let mut next = self.highest.clone();
-        next.insert(session_id.to_owned(), revision);
+        let updated = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if !next.contains_key(session_id) && next.len() >= REVISION_CAP {
+            let oldest = next
+                .iter()
+                .min_by_key(|(_, e)| e.updated)
+                .map(|(s, _)| s.clone());
+            if let Some(oldest) = oldest {
+                next.remove(&oldest);
+            }
+        }
+        next.insert(session_id.to_owned(), Entry { revision, updated });
         write_atomically(&self.path, &render(&next))
             .map_err(|e| RevisionError::Write(self.path.clone(), e))?;
         self.highest = next;
@@ -178,25 +226,40 @@ impl Revisions {
     }
 }
 
-fn parse(bytes: &[u8]) -> Result<BTreeMap<String, u64>, String> {
+/// `{"<session>": {"revision": n, "updated": unix seconds}, …}`.
+fn parse(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, String> {
     let value: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let serde_json::Value::Object(map) = value else {
         return Err("not a JSON object".into());
     };
     let mut out = BTreeMap::new();
-    for (session, revision) in map {
-        let revision = revision
-            .as_u64()
+    for (session, entry) in map {
+        let revision = entry
+            .get("revision")
+            .and_then(serde_json::Value::as_u64)
             .filter(|r| *r >= 1)
             .ok_or_else(|| "a revision is not a positive integer".to_owned())?;
-        out.insert(session, revision);
+        let updated = entry
+            .get("updated")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| "an update time is not an integer".to_owned())?;
+        out.insert(session, Entry { revision, updated });
     }
     Ok(out)
 }
 
-fn render(map: &BTreeMap<String, u64>) -> Vec<u8> {
-    let mut text = serde_json::to_string(map).unwrap_or_else(|_| "{}".into());
+fn render(map: &BTreeMap<String, Entry>) -> Vec<u8> {
+    let object: serde_json::Map<String, serde_json::Value> = map
+        .iter()
+        .map(|(s, e)| {
+            (
+                s.clone(),
+                serde_json::json!({"revision": e.revision, "updated": e.updated}),
+            )
+        })
+        .collect();
+    let mut text = serde_json::to_string(&object).unwrap_or_else(|_| "{}".into());
     text.push('\n');
     text.into_bytes()
 }

@@ -72,6 +72,9 @@ struct Reference {
     name: String,
     text: String,
     parent: Option<String>,
+    /// Device and inode when minted: a folder swapped since is not the one
+    /// the user was shown.
+    dev_ino: (u64, u64),
 }
 
 #[derive(Debug, Clone)]
@@ -124,11 +127,22 @@ impl Browser {
         self.browses.retain(|b| now < b.expires_at);
     }
 
-    /// §4.3: a new browse listing the virtual roots.
+    /// §4.3: a new browse listing the virtual roots (discovered here; a
+    /// caller holding a lock uses [`virtual_roots`] and
+    /// [`Browser::start_with`]).
     pub fn start(
         &mut self,
         now: f64,
         sources: &RootSources,
+    ) -> Result<DirectoryListResponse, BrowseError> {
+        self.start_with(now, virtual_roots(sources))
+    }
+
+    /// §4.3 with the roots already discovered.
+    pub fn start_with(
+        &mut self,
+        now: f64,
+        roots: Vec<folder::CanonicalDir>,
     ) -> Result<DirectoryListResponse, BrowseError> {
         self.purge(now);
         while self.browses.len() >= BROWSE_CAP {
@@ -141,12 +155,13 @@ impl Browser {
             cursors: Vec::new(),
         };
         let mut entries = Vec::new();
-        for dir in virtual_roots(sources) {
+        for dir in roots {
             let reference = Reference {
                 name: last_component(&dir.text),
                 text: dir.text.clone(),
                 path: dir.path,
                 parent: None,
+                dev_ino: dir.dev_ino,
             };
             let token = mint(&mut browse, reference.clone())?;
             entries.push(DirectoryEntry {
@@ -168,7 +183,9 @@ impl Browser {
         Ok(response)
     }
 
-    /// §4.5: one page of the referenced directory.
+    /// §4.5, all steps (a caller holding a lock uses [`Browser::plan`],
+    /// [`Listing::scan`] and [`Browser::finish`] so that the scan runs
+    /// without it).
     pub fn list(
         &mut self,
         now: f64,
@@ -176,6 +193,19 @@ impl Browser {
         directory_ref: &str,
         cursor: Option<&str>,
     ) -> Result<DirectoryListResponse, BrowseError> {
+        let plan = self.plan(now, browse_id, directory_ref, cursor)?;
+        let listing = plan.scan()?;
+        self.finish(now, listing)
+    }
+
+    /// §4.5 steps 1–4: the lookups, under the caller's lock.
+    pub fn plan(
+        &mut self,
+        now: f64,
+        browse_id: &str,
+        directory_ref: &str,
+        cursor: Option<&str>,
+    ) -> Result<Plan, BrowseError> {
         self.purge(now);
         let index = self.find(browse_id)?;
         let browse = &mut self.browses[index];
@@ -198,9 +228,30 @@ impl Browser {
                 offset
             }
         };
-        let dir = recheck(&current.path)?;
-        let (mut children, mut truncated) = scan(&dir.path)?;
-        names::sort_by_folded(&mut children, |c| c.name.as_str());
+        Ok(Plan {
+            browse_id: browse_id.to_owned(),
+            directory_ref: directory_ref.to_owned(),
+            current,
+            offset,
+        })
+    }
+
+    /// §4.5 steps 9–13 for a scanned listing; the browse must still exist.
+    pub fn finish(
+        &mut self,
+        now: f64,
+        listing: Listing,
+    ) -> Result<DirectoryListResponse, BrowseError> {
+        self.purge(now);
+        let index = self.find(&listing.plan.browse_id)?;
+        let browse = &mut self.browses[index];
+        let Listing {
+            plan,
+            current,
+            children,
+            mut truncated,
+        } = listing;
+        let offset = plan.offset;
         let page_end = offset.saturating_add(PAGE_SIZE).min(children.len());
         let mut more = children.len() > offset.saturating_add(PAGE_SIZE);
         let mut entries = Vec::new();
@@ -215,7 +266,7 @@ impl Browser {
                 break;
             }
             let mut reference = child.clone();
-            reference.parent = Some(directory_ref.to_owned());
+            reference.parent = Some(plan.directory_ref.clone());
             let token = mint(browse, reference)?;
             entries.push(DirectoryEntry {
                 directory_ref: token,
@@ -224,18 +275,18 @@ impl Browser {
             });
         }
         let next_cursor = if more {
-            Some(cursor_for(browse, directory_ref, offset + PAGE_SIZE)?)
+            Some(cursor_for(browse, &plan.directory_ref, offset + PAGE_SIZE)?)
         } else {
             None
         };
         let response = DirectoryListResponse {
             browse_id: browse.id.clone(),
             current: Some(DirectoryEntry {
-                directory_ref: directory_ref.to_owned(),
-                name: current.name.clone(),
+                directory_ref: plan.directory_ref.clone(),
+                name: last_component(&current.text),
                 path: current.text.clone(),
             }),
-            parent_ref: current.parent.clone(),
+            parent_ref: plan.current.parent.clone(),
             entries,
             next_cursor,
             truncated,
@@ -246,22 +297,36 @@ impl Browser {
     }
 
     /// §5 step 2: the folder a reference names, re-checked; the browse is
-    /// not consumed.
+    /// not consumed. (Under a lock, use [`Browser::lookup`] and
+    /// [`Reference::recheck`] separately.)
     pub fn resolve(
         &mut self,
         now: f64,
         browse_id: &str,
         directory_ref: &str,
     ) -> Result<Resolved, BrowseError> {
+        let found = self.lookup(now, browse_id, directory_ref)?;
+        Ok(Resolved {
+            dir: found.recheck()?,
+        })
+    }
+
+    /// The reference `directory_ref` of `browse_id`, without touching the
+    /// filesystem.
+    pub fn lookup(
+        &mut self,
+        now: f64,
+        browse_id: &str,
+        directory_ref: &str,
+    ) -> Result<Found, BrowseError> {
         self.purge(now);
         let index = self.find(browse_id)?;
-        let reference = self.browses[index]
+        self.browses[index]
             .references
             .get(directory_ref)
             .cloned()
-            .ok_or(BrowseError::ReferenceInvalid(REFERENCE_INVALID))?;
-        let dir = recheck(&reference.path)?;
-        Ok(Resolved { dir })
+            .map(Found)
+            .ok_or(BrowseError::ReferenceInvalid(REFERENCE_INVALID))
     }
 
     /// §5 step 3: the whole browse ends.
@@ -279,6 +344,51 @@ impl Browser {
     fn touch(&mut self, index: usize) {
         let browse = self.browses.remove(index);
         self.browses.push(browse);
+    }
+}
+
+/// What [`Browser::plan`] looked up: enough to scan without the lock.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    browse_id: String,
+    directory_ref: String,
+    current: Reference,
+    offset: usize,
+}
+
+/// A scanned directory, ready for [`Browser::finish`].
+#[derive(Debug)]
+pub struct Listing {
+    plan: Plan,
+    current: folder::CanonicalDir,
+    children: Vec<Reference>,
+    truncated: bool,
+}
+
+impl Plan {
+    /// §4.5 steps 5–8: re-check the folder (it must still be the one that
+    /// was minted), scan and sort. Touches the filesystem; holds no lock.
+    pub fn scan(self) -> Result<Listing, BrowseError> {
+        let current = recheck(&self.current)?;
+        let (mut children, truncated) = scan(&current.path)?;
+        names::sort_by_folded(&mut children, |c| c.name.as_str());
+        Ok(Listing {
+            plan: self,
+            current,
+            children,
+            truncated,
+        })
+    }
+}
+
+/// A reference looked up for ATTACH.
+#[derive(Debug, Clone)]
+pub struct Found(Reference);
+
+impl Found {
+    /// §4.7 again, and the folder must still be the one that was minted.
+    pub fn recheck(&self) -> Result<folder::CanonicalDir, BrowseError> {
+        recheck(&self.0)
     }
 }
 
@@ -329,12 +439,17 @@ fn cursor_for(
     Ok(token)
 }
 
-/// §4.5 step 5.
-fn recheck(path: &Path) -> Result<folder::CanonicalDir, BrowseError> {
-    folder::canonical_accessible(path).map_err(|e| match e {
+/// §4.5 step 5, plus: the folder must still be the one that was minted
+/// (same canonical path, same device and inode).
+fn recheck(reference: &Reference) -> Result<folder::CanonicalDir, BrowseError> {
+    let dir = folder::canonical_accessible(&reference.path).map_err(|e| match e {
         FolderError::Symlink => BrowseError::Unavailable(LINK_UNAVAILABLE),
         FolderError::Unavailable => BrowseError::Unavailable(NOT_ACCESSIBLE),
-    })
+    })?;
+    if dir.path != reference.path || dir.dev_ino != reference.dev_ino {
+        return Err(BrowseError::Unavailable(NOT_ACCESSIBLE));
+    }
+    Ok(dir)
 }
 
 /// §4.5 steps 6–7: the directory's qualifying subdirectories, in scan
@@ -388,6 +503,7 @@ fn qualifying_child(
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return None;
     }
+    let dev_ino = crate::jail::identity(&st);
     rustix::fs::accessat(
         parent_fd,
         OsStr::from_bytes(name),
@@ -405,6 +521,7 @@ fn qualifying_child(
         name: text_name.to_owned(),
         text,
         parent: None,
+        dev_ino,
     })
 }
 

@@ -172,6 +172,14 @@ impl Children {
     /// happen under one lock.
     pub fn start(&self, binding: &Binding, ceilings: Limits) -> Result<(), StartError> {
         self.reap_finished();
+        if self.is_live(&binding.session_id) {
+            return Ok(());
+        }
+        // The folder is pinned and checked before the lock is taken: a
+        // slow filesystem must not hold up every other child operation.
+        let stop = Arc::new(AtomicBool::new(false));
+        let activity = Arc::new(Activity::new());
+        let session = self.session_for(binding, ceilings, &stop, &activity)?;
         let mut live = lock(&self.live);
         if live.contains_key(&binding.session_id) {
             return Ok(());
@@ -180,9 +188,6 @@ impl Children {
             return Err(StartError::Cap);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let stop = Arc::new(AtomicBool::new(false));
-        let activity = Arc::new(Activity::new());
-        let session = self.session_for(binding, ceilings, &stop, &activity)?;
         let pool = Arc::clone(&self.pool);
         let fatal = Arc::clone(&self.fatal);
         let daemon_stop = Arc::clone(&self.daemon_stop);
@@ -208,6 +213,12 @@ impl Children {
         Ok(())
     }
 
+    /// The sessions with a live child.
+    pub fn live_sessions(&self) -> std::collections::HashSet<String> {
+        self.reap_finished();
+        lock(&self.live).keys().cloned().collect()
+    }
+
     fn session_for(
         &self,
         binding: &Binding,
@@ -218,10 +229,20 @@ impl Children {
         let t = &self.template;
         let jail = Jail::pin(&binding.allowed_root, t.jail_options.clone())
             .map_err(|e| StartError::Folder(e.to_string()))?;
-        if jail.root_identity() != binding.dev_ino {
-            return Err(StartError::Folder(
-                "The selected directory changed after the grant was issued".into(),
-            ));
+        // What was pinned must be the verified folder: same path, same
+        // device and inode, same birth time and generation (a folder
+        // recreated since verification often reuses the inode number).
+        let changed = || {
+            StartError::Folder("The selected directory changed after the grant was issued".into())
+        };
+        let live =
+            super::folder::canonical_accessible(&binding.allowed_root).map_err(|_| changed())?;
+        if jail.root() != binding.root_text
+            || jail.root_identity() != binding.dev_ino
+            || live.dev_ino != binding.dev_ino
+            || live.identity != binding.identity
+        {
+            return Err(changed());
         }
         let audit = t
             .audit
@@ -298,6 +319,13 @@ impl Children {
         }
         for child in all {
             finish(child);
+        }
+    }
+
+    /// Raises every live child's stop flag without waiting for it.
+    pub fn signal_all(&self) {
+        for child in lock(&self.live).values() {
+            child.stop.store(true, Ordering::SeqCst);
         }
     }
 

@@ -118,7 +118,11 @@ fn live_identity(fd: &OwnedFd) -> DirIdentity {
 
 /// Steps 10–11a of §7.4: the claimed folder must still be the one the grant
 /// was issued for, and not a dangerous root (§5 hardening note).
-pub fn verify_folder(accepted: &Accepted, home: &Path) -> Result<CanonicalDir, GrantError> {
+pub fn verify_folder(
+    accepted: &Accepted,
+    home: &Path,
+    wsl: bool,
+) -> Result<CanonicalDir, GrantError> {
     let dir = canonical_accessible(Path::new(OsStr::from_bytes(
         accepted.allowed_root.as_bytes(),
     )))
@@ -126,7 +130,7 @@ pub fn verify_folder(accepted: &Accepted, home: &Path) -> Result<CanonicalDir, G
         FolderError::Symlink => GrantError::SymlinkRoot,
         FolderError::Unavailable => GrantError::Unavailable,
     })?;
-    if roots::check_dangerous(&dir.path, home).is_err() {
+    if roots::check_dangerous_for(&dir.path, home, wsl).is_err() {
         return Err(GrantError::Unavailable);
     }
     if dir.fingerprint() != accepted.fingerprint {

@@ -163,7 +163,7 @@ impl GrantKey {
 }
 
 /// What a grant states (§7.2).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Claims {
     /// The canonical folder path (OS notation, not normcased).
     pub allowed_root: String,
@@ -179,6 +179,16 @@ pub struct Claims {
     pub session_id: String,
     /// Birth time and generation (this shim's grants only).
     pub identity: Option<DirIdentity>,
+}
+
+impl fmt::Debug for Claims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claims")
+            .field("allowed_root", &self.allowed_root)
+            .field("revision", &self.revision)
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a token was refused (§7.4); each maps to `ROOT_GRANT_INVALID` with

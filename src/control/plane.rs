@@ -237,6 +237,9 @@ impl ControlPlane {
                         stop.store(true, Ordering::SeqCst);
                     }
                 }
+                // The daemon is stopping: every child starts its own stop
+                // now rather than after the control connection's teardown.
+                plane.inner.children.signal_all();
             })
     }
 }
@@ -343,14 +346,18 @@ impl Inner {
     // ---- §4 ------------------------------------------------------------------
 
     fn directory_list(&self, id: &str, req: &DirectoryListRequest) -> Message {
-        let now = now_ts();
-        let result = {
-            let mut browser = lock(&self.browser);
-            match (&req.browse_id, &req.directory_ref) {
-                (Some(browse), Some(reference)) => {
-                    browser.list(now, browse, reference, req.cursor.as_deref())
-                }
-                _ => browser.start(now, &self.sources),
+        // The filesystem is read without the browse lock: a slow folder
+        // must not hold up other listings or a control reconnect.
+        let result = match (&req.browse_id, &req.directory_ref) {
+            (Some(browse), Some(reference)) => {
+                let plan =
+                    lock(&self.browser).plan(now_ts(), browse, reference, req.cursor.as_deref());
+                plan.and_then(|plan| plan.scan())
+                    .and_then(|listing| lock(&self.browser).finish(now_ts(), listing))
+            }
+            _ => {
+                let roots = super::browse::virtual_roots(&self.sources);
+                lock(&self.browser).start_with(now_ts(), roots)
             }
         };
         match result {
@@ -404,36 +411,55 @@ impl Inner {
             }
             handlers::error(code, message)
         };
-        // Step 2 (with the dangerous-root refusal of the hardening note).
-        let resolved = {
-            let mut browser = lock(&self.browser);
-            match browser.resolve(now_ts(), &req.browse_id, &req.directory_ref) {
-                Ok(resolved) => {
-                    if roots::check_dangerous(&resolved.dir.path, &self.sources.home).is_err() {
-                        drop(browser);
-                        return refuse(ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT);
-                    }
-                    // Step 3.
-                    browser.consume(&req.browse_id);
-                    resolved
-                }
-                Err(error) => {
-                    drop(browser);
-                    let (code, message) = browse_error(&error);
-                    return refuse(code, message);
-                }
+        // Step 2 (with the dangerous-root refusal of the hardening note);
+        // the folder is checked without the browse lock.
+        let found = lock(&self.browser).lookup(now_ts(), &req.browse_id, &req.directory_ref);
+        let resolved = match found.and_then(|found| found.recheck()) {
+            Ok(dir) => dir,
+            Err(error) => {
+                let (code, message) = browse_error(&error);
+                return refuse(code, message);
             }
         };
+        if roots::check_dangerous_for(&resolved.path, &self.sources.home, self.sources.wsl).is_err()
+        {
+            return refuse(ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT);
+        }
+        // Step 3 (the browse may have expired or been evicted meanwhile).
+        {
+            let mut browser = lock(&self.browser);
+            if browser
+                .lookup(now_ts(), &req.browse_id, &req.directory_ref)
+                .is_err()
+            {
+                drop(browser);
+                return refuse(
+                    ErrorCode::DirectoryReferenceInvalid,
+                    super::browse::REFERENCE_INVALID,
+                );
+            }
+            browser.consume(&req.browse_id);
+        }
         // Step 4: continue from the remembered and the persisted revision.
         let previous = lock(&self.bindings).get(session).cloned();
-        let revision = previous
+        let Some(revision) = previous
             .as_ref()
             .map_or(0, |b| b.revision)
             .max(lock(&self.revisions).highest(session))
-            + 1;
-        // Step 5: issued from the folder as it is now.
-        let dir = match folder::canonical_accessible(&resolved.dir.path) {
-            Ok(dir) => dir,
+            .checked_add(1)
+        else {
+            return self.internal("The session's revision cannot be raised any further.");
+        };
+        // Step 5: issued from the folder as it is now, which must still be
+        // the folder resolved in step 2.
+        let dir = match folder::canonical_accessible(&resolved.path) {
+            Ok(dir) if dir.path == resolved.path && dir.dev_ino == resolved.dev_ino => dir,
+            Ok(_) => {
+                return refuse(
+                    ErrorCode::DirectoryUnavailable,
+                    GrantError::Changed.message(),
+                );
+            }
             Err(e) => {
                 let text = match e {
                     FolderError::Symlink => GrantError::SymlinkRoot.message(),
@@ -453,10 +479,6 @@ impl Inner {
             identity: Some(dir.identity.clone()).filter(|i| !i.is_empty()),
         };
         let token = grant::sign(&self.grant_key, &claims);
-        if let Err(e) = lock(&self.revisions).record(session, revision) {
-            self.log.error("control", e.to_string());
-            return self.internal("The grant revision could not be stored.");
-        }
         // Step 6.
         let details = Details::new()
             .with(
@@ -475,6 +497,12 @@ impl Inner {
         ) {
             return self.internal(AUDIT_FAILED);
         }
+        // The revision is persisted before the grant leaves the machine, so
+        // an older grant of the session can never be restored again.
+        if let Err(e) = lock(&self.revisions).record(session, revision) {
+            self.log.error("control", e.to_string());
+            return self.internal("The grant revision could not be stored.");
+        }
         // Step 7.
         let binding = Binding {
             session_id: session.to_owned(),
@@ -484,6 +512,7 @@ impl Inner {
             revision,
             root_grant: token.clone(),
             dev_ino: dir.dev_ino,
+            identity: dir.identity.clone(),
         };
         if self.remember(binding).is_err() {
             return self.internal("The session binding store is full.");
@@ -499,13 +528,15 @@ impl Inner {
     }
 
     fn remember(&self, binding: Binding) -> Result<(), super::bindings::StoreFull> {
-        lock(&self.bindings).remember(binding, |s| self.children.is_live(s))
+        // Read before the bindings lock: the two locks are never nested.
+        let live = self.children.live_sessions();
+        lock(&self.bindings).remember(binding, |s| live.contains(s))
     }
 
     /// §7.4 in full for `token` presented for `session`.
     fn verify_grant(&self, token: &str, session: &str) -> Result<Binding, GrantError> {
         let accepted = grant::verify(&self.grant_key, token, session, &self.machine_id)?;
-        let dir = folder::verify_folder(&accepted, &self.sources.home)?;
+        let dir = folder::verify_folder(&accepted, &self.sources.home, self.sources.wsl)?;
         Ok(Binding {
             session_id: session.to_owned(),
             allowed_root: dir.path,
@@ -514,6 +545,7 @@ impl Inner {
             revision: accepted.revision,
             root_grant: token.to_owned(),
             dev_ino: dir.dev_ino,
+            identity: dir.identity,
         })
     }
 
@@ -567,7 +599,12 @@ impl Inner {
         // Step 3: the folder must still be the bound one.
         let binding = match self.verify_grant(&previous.root_grant, session) {
             Ok(binding) => binding,
-            Err(e) => return self.grant_refused(id, "ACTIVATE_SESSION", session, e),
+            Err(e) => {
+                // A child still serving a folder that is no longer the
+                // bound one is stopped (the binding stays for RESTORE).
+                self.children.stop(session);
+                return self.grant_refused(id, "ACTIVATE_SESSION", session, e);
+            }
         };
         // Step 4.
         if self.remember(binding.clone()).is_err() {

@@ -1,13 +1,11 @@
 //! The bridge between an open transport connection and a served session:
 //! the inbound half keeps the WebSocket-level keepalive (PROTOCOL.md §1.5)
-//! and notices a shutdown request between reader turns; the outbound half
-//! sends the session's encoded frames as text messages.
+//! and notices a stop request between reader turns; the outbound half sends
+//! the session's encoded frames as text messages.
 //!
 //! It never interprets a frame and never holds the transport's turn lock
 //! longer than one reader turn, so the writer thread is not held up.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::session::{Ended, Inbound, Outbound};
@@ -19,25 +17,23 @@ pub struct LinkIn {
     reader: Reader,
     writer: Writer,
     keepalive: Keepalive,
-    stop: Arc<AtomicBool>,
 }
 
 impl LinkIn {
-    /// Wraps the transport halves; `stop` ends `recv` at the next turn.
-    pub fn new(reader: Reader, writer: Writer, stop: Arc<AtomicBool>) -> LinkIn {
+    /// Wraps the transport halves.
+    pub fn new(reader: Reader, writer: Writer) -> LinkIn {
         LinkIn {
             reader,
             writer,
             keepalive: Keepalive::new(Instant::now()),
-            stop,
         }
     }
 }
 
 impl Inbound for LinkIn {
-    fn recv(&mut self) -> Result<Vec<u8>, Ended> {
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended> {
         loop {
-            if self.stop.load(Ordering::SeqCst) {
+            if should_stop() {
                 return Err(Ended::Closed(None));
             }
             match self.keepalive.poll(Instant::now()) {

@@ -11,7 +11,6 @@
 //! fails: from then on nothing is served and nothing more is written.
 
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,7 +30,6 @@ use crate::protocol::{
     self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
     TerminalClose, classify_close,
 };
-use crate::secrets::{SecretStore, SecretString};
 use crate::transport::{Connector, Disposition, Incoming, Reader, TransportError, Writer};
 
 const COMPONENT: &str = "connection";
@@ -43,8 +41,9 @@ pub trait Credentials: Sync {
     fn access_token(&self) -> Result<Option<Zeroizing<String>>, String>;
 
     /// The upgrade with `rejected` got HTTP 401: the token to retry with
-    /// once, or why there is none (PROTOCOL.md §1.3).
-    fn renew(&self, rejected: Option<&Zeroizing<String>>) -> Renewal;
+    /// once, or why there is none (PROTOCOL.md §1.3). A refresh is recorded
+    /// as `TOKEN_REFRESHED` through `audit`, the connection's handle.
+    fn renew(&self, rejected: Option<&Zeroizing<String>>, audit: &AuditSink) -> Renewal;
 }
 
 /// The outcome of [`Credentials::renew`].
@@ -56,58 +55,9 @@ pub enum Renewal {
     Transient(String),
     /// The stored credentials cannot work: terminal authentication failure.
     Definitive(String),
-}
-
-/// Tokens from the secret store. The access token read at start is kept in
-/// memory for the upgrades; renewal is serialised by one lock shared by
-/// every connection of the process, and inside it the stored access token
-/// is read again: one that differs from the refused one (rotated by
-/// `autogpt-shim auth` or by another connection) is used without asking the
-/// token endpoint.
-#[derive(Debug)]
-pub struct StoredCredentials {
-    store: SecretStore,
-    current: Mutex<Option<Zeroizing<String>>>,
-}
-
-impl StoredCredentials {
-    /// Tokens from `store`, starting with the access token read at start.
-    pub fn new(store: SecretStore, access: Option<&SecretString>) -> StoredCredentials {
-        StoredCredentials {
-            store,
-            current: Mutex::new(access.map(|t| Zeroizing::new(t.expose().to_owned()))),
-        }
-    }
-}
-
-impl Credentials for StoredCredentials {
-    fn access_token(&self) -> Result<Option<Zeroizing<String>>, String> {
-        Ok(self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone())
-    }
-
-    fn renew(&self, rejected: Option<&Zeroizing<String>>) -> Renewal {
-        // Held for the whole renewal: connections renew one at a time.
-        let mut current = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.store.access_token() {
-            Ok(Some(stored)) if rejected.is_none_or(|r| r.as_str() != stored.expose()) => {
-                let token = Zeroizing::new(stored.expose().to_owned());
-                *current = Some(token.clone());
-                Renewal::Retry(token)
-            }
-            Ok(_) => Renewal::Definitive(
-                "the platform refused the stored access token (HTTP 401); run autogpt-shim auth"
-                    .into(),
-            ),
-            Err(e) => Renewal::Transient(format!("cannot read the stored access token: {e}")),
-        }
-    }
+    /// The tokens were refreshed but `TOKEN_REFRESHED` could not be written:
+    /// the daemon fails closed (AUDIT.md §8.3).
+    AuditFailed,
 }
 
 /// What distinguishes the control connection from a data connection to
@@ -360,7 +310,7 @@ fn attempt_once(
         activity: session.plane.activity(),
         machine_pool: session.plane.machine_pool(),
     };
-    let inbound = LinkIn::new(reader, writer.clone(), Arc::clone(&session.stop));
+    let inbound = LinkIn::new(reader, writer.clone());
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
     connection_ended(session, end)
 }
@@ -391,13 +341,14 @@ fn upgrade_failed(
         Disposition::RefreshToken if is_retry => Next::End(Outcome::AuthFailed(format!(
             "the platform refused the renewed access token ({error}); run autogpt-shim auth"
         ))),
-        Disposition::RefreshToken => match session.credentials.renew(token) {
+        Disposition::RefreshToken => match session.credentials.renew(token, &session.audit) {
             Renewal::Retry(token) => Next::Retry(token),
             Renewal::Transient(why) => {
                 session.log.warn(COMPONENT, why);
                 disconnect(session, &error.audit_reason(), Next::Backoff)
             }
             Renewal::Definitive(why) => Next::End(Outcome::CredentialsRefused(why)),
+            Renewal::AuditFailed => Next::End(Outcome::AuditFailed),
         },
         Disposition::Transient => disconnect(session, &error.audit_reason(), Next::Backoff),
     }

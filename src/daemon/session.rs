@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, select, unbounded};
+use crossbeam_channel::{Receiver, Sender, bounded, select};
 use rustix::process::Pid;
 use serde_json::json;
 
@@ -30,6 +30,9 @@ use crate::jail::Jail;
 use crate::protocol::{
     self, Capability, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
 };
+
+/// Frames queued for the writer at most, per lane.
+const OUT_QUEUE: usize = 256;
 
 /// `STATUS_INTERVAL_SECONDS` (PROTOCOL.md §9.2).
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(30);
@@ -58,8 +61,10 @@ pub enum Ended {
 
 /// The receiving half of an established connection.
 pub trait Inbound {
-    /// Blocks until the next message (text or binary, as bytes) or the end.
-    fn recv(&mut self) -> Result<Vec<u8>, Ended>;
+    /// Blocks until the next message (text or binary, as bytes), the end,
+    /// or `should_stop` turning true (then `Ended::Closed(None)`); it is
+    /// polled at least every few hundred milliseconds.
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended>;
 }
 
 /// The sending half, owned by the writer thread.
@@ -291,8 +296,12 @@ pub fn serve(
     outbound: impl Outbound + 'static,
     stop: &AtomicBool,
 ) -> End {
-    let (tx, rx) = unbounded();
-    let (priority, priority_rx) = unbounded();
+    // Bounded: a platform that floods frames without reading its socket
+    // cannot make the queues grow. Replies the reader makes on its own
+    // (PONG, invalid-frame ERROR, SHIM_OVERLOADED, STATUS) are dropped when
+    // full; a worker's response waits for room.
+    let (tx, rx) = bounded(OUT_QUEUE);
+    let (priority, priority_rx) = bounded(OUT_QUEUE);
     let cancel = match Cancel::new() {
         Ok(c) => c,
         Err(e) => return End::Failed(format!("cannot create the cancellation token: {e}")),
@@ -369,12 +378,21 @@ fn read_loop(
         if stop.load(Ordering::SeqCst) {
             return End::Stopped;
         }
-        if shared.audit_failed.load(Ordering::SeqCst) {
+        if !healthy(shared) {
             return End::AuditFailed;
         }
-        let bytes = match inbound.recv() {
+        // A stop, or an audit failure anywhere in the daemon, ends the
+        // connection at once rather than at the platform's next frame
+        // (AUDIT.md §8.3 step 3).
+        let should_stop = || {
+            stop.load(Ordering::SeqCst)
+                || shared.audit_failed.load(Ordering::SeqCst)
+                || !shared.setup.audit.is_healthy()
+        };
+        let bytes = match inbound.recv(&should_stop) {
             Ok(bytes) => bytes,
             Err(_) if stop.load(Ordering::SeqCst) => return End::Stopped,
+            Err(_) if !healthy(shared) => return End::AuditFailed,
             Err(Ended::Closed(code)) => return End::Closed(code),
             Err(Ended::Failed(e)) => return End::Failed(e),
         };
@@ -393,7 +411,7 @@ fn read_loop(
                     Message::Pong(Default::default()),
                 );
                 if let Ok(bytes) = protocol::encode(&pong) {
-                    let _ = shared.priority.send(Out::Frame(bytes));
+                    let _ = shared.priority.try_send(Out::Frame(bytes));
                 }
                 continue;
             }
@@ -437,7 +455,7 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
         )),
     )
     .with_capacity(capacity);
-    send_response(shared, &frame);
+    send_reply(shared, &frame);
 }
 
 /// Step 5–6 of PROTOCOL.md §5.1.
@@ -447,7 +465,7 @@ fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
         Err(refused) => {
             let reply =
                 Frame::new(frame.id, now_ts(), Message::Error(refused.to_error())).with_capacity(0);
-            send_response(shared, &reply);
+            send_reply(shared, &reply);
             return;
         }
     };
@@ -598,6 +616,15 @@ fn healthy(shared: &Shared) -> bool {
     shared.setup.audit.is_healthy() && !shared.audit_failed.load(Ordering::SeqCst)
 }
 
+/// A reply the reader makes without a worker: dropped when the queue is
+/// full (the platform is not reading).
+fn send_reply(shared: &Shared, frame: &Frame) {
+    if let Ok(bytes) = protocol::encode_response(frame) {
+        let _ = shared.tx.try_send(Out::Frame(bytes));
+    }
+}
+
+/// A worker's response: waits for room in the queue.
 fn send_response(shared: &Shared, frame: &Frame) {
     if let Ok(bytes) = protocol::encode_response(frame) {
         let _ = shared.tx.send(Out::Frame(bytes));
@@ -612,7 +639,9 @@ fn send_status(shared: &Shared) {
     let frame = Frame::new(fresh_id(), now_ts(), Message::Status(report.status))
         .with_capacity(report.pending_capacity);
     if let Ok(bytes) = protocol::encode(&frame) {
-        let _ = shared.tx.send(Out::Frame(bytes));
+        // Advisory, and also sent from the writer thread itself: never
+        // waits for room.
+        let _ = shared.tx.try_send(Out::Frame(bytes));
     }
 }
 

@@ -146,6 +146,36 @@ fn permission_names(missing: Access) -> String {
 /// canonical: a symlink or `..` spelling is not seen through here. Looks at
 /// the filesystem only to canonicalise `home`.
 pub fn check_dangerous(canonical: &Path, home: &Path) -> Result<(), RootProblem> {
+    check_dangerous_for(canonical, home, false)
+}
+
+/// [`check_dangerous`], and on WSL2 (`wsl`) also the Windows drive roots
+/// the distribution mounts as `/mnt/<letter>` (CONTROL.md §5 hardening
+/// note: whole drive roots are never session roots).
+pub fn check_dangerous_for(canonical: &Path, home: &Path, wsl: bool) -> Result<(), RootProblem> {
+    if wsl && is_wsl_drive_root(canonical) {
+        return Err(RootProblem::FilesystemRoot(canonical.to_owned()));
+    }
+    check_listed(canonical, home)
+}
+
+/// `/mnt/c` and the like.
+fn is_wsl_drive_root(path: &Path) -> bool {
+    let mut components = path.components();
+    matches!(
+        (components.next(), components.next(), components.next(), components.next()),
+        (
+            Some(std::path::Component::RootDir),
+            Some(std::path::Component::Normal(mnt)),
+            Some(std::path::Component::Normal(letter)),
+            None,
+        ) if mnt == "mnt"
+            && letter.len() == 1
+            && letter.to_str().is_some_and(|l| l.as_bytes()[0].is_ascii_alphabetic())
+    )
+}
+
+fn check_listed(canonical: &Path, home: &Path) -> Result<(), RootProblem> {
     let refuse = |problem: fn(PathBuf) -> RootProblem| Err(problem(canonical.to_owned()));
     if canonical == Path::new("/") {
         return refuse(RootProblem::FilesystemRoot);
@@ -181,11 +211,13 @@ pub struct PreparedRoot {
 /// The start-time preparation of the legacy-mode root (CLI.md §8).
 /// `configured` is absolute with `~` already expanded (configuration does
 /// that); `is_default` says it is the per-OS default (§7.3), the only root
-/// that is created when missing.
+/// that is created when missing. `wsl` adds the WSL2 drive roots to the
+/// refused list.
 pub fn prepare_legacy_root(
     configured: &Path,
     is_default: bool,
     home: &Path,
+    wsl: bool,
 ) -> Result<PreparedRoot, RootProblem> {
     // `metadata` follows links, so a dangling link counts as missing; creating
     // then fails on the link itself rather than writing through it.
@@ -210,7 +242,7 @@ pub fn prepare_legacy_root(
     let canonical = std::fs::canonicalize(configured).map_err(io(configured))?;
     // The danger check comes before the usability checks so that e.g. /proc
     // is reported as a system directory, not as lacking write permission.
-    check_dangerous(&canonical, home)?;
+    check_dangerous_for(&canonical, home, wsl)?;
     let meta = std::fs::metadata(&canonical).map_err(io(&canonical))?;
     if !meta.is_dir() {
         return Err(RootProblem::NotADirectory(canonical));
