@@ -135,6 +135,22 @@ impl From<CanonError> for AuditError {
     }
 }
 
+/// Whether another process holds the writer lock of the log at `path`
+/// (`status`, CLI.md §4.3). Probed with a shared non-blocking lock that is
+/// released at once; a missing lock file means no writer ever ran here.
+pub fn writer_running(path: &Path) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return false;
+    };
+    let Ok(lock) = std::fs::File::open(dir.join(format!(".{name}.lock"))) else {
+        return false;
+    };
+    matches!(
+        rustix::fs::flock(&lock, FlockOperation::NonBlockingLockShared),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    )
+}
+
 /// A record to write; the writer adds `ts`, ids, `seq` and the chain.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {

@@ -52,6 +52,12 @@ pub enum Command {
     /// `start`: run the daemon in the foreground (CLI.md §4.2). Its options
     /// are configuration overrides, so it carries nothing of its own.
     Start,
+    /// `auth`: the OAuth flow (CLI.md §4.1).
+    Auth,
+    /// `revoke`: revoke and delete the tokens (CLI.md §4.4).
+    Revoke,
+    /// `status`: configuration, tokens, daemon and autostart (CLI.md §4.3).
+    Status,
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -224,8 +230,23 @@ fn parse_command(
             parse_start(parser, overrides)?;
             Ok(Command::Start)
         }
+        Some("auth") => no_arguments(parser).map(|()| Command::Auth),
+        Some("revoke") => no_arguments(parser).map(|()| Command::Revoke),
+        Some("status") => no_arguments(parser).map(|()| Command::Status),
         _ => Err(UsageError::UnknownCommand(
             name.to_string_lossy().into_owned(),
+        )),
+    }
+}
+
+/// A command that takes no options or arguments.
+fn no_arguments(parser: &mut Parser) -> Result<(), UsageError> {
+    match parser.next().map_err(from_lexopt)? {
+        None => Ok(()),
+        Some(Long(other)) => Err(UsageError::UnknownOption(format!("--{other}"))),
+        Some(Short(other)) => Err(UsageError::UnknownOption(format!("-{other}"))),
+        Some(Value(arg)) => Err(UsageError::UnexpectedArgument(
+            arg.to_string_lossy().into_owned(),
         )),
     }
 }

@@ -9,7 +9,10 @@
 
 mod args;
 mod audit;
+mod auth;
+mod revoke;
 mod start;
+mod status;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -75,6 +78,9 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
     match invocation.command {
         Command::Audit(command) => audit::run(command, &invocation.overrides, stdout, stderr),
         Command::Start => start::run(&invocation.overrides, stdout, stderr),
+        Command::Auth => auth::run(&invocation.overrides, stdout, stderr),
+        Command::Revoke => revoke::run(&invocation.overrides, stdout, stderr),
+        Command::Status => status::run(&invocation.overrides, stdout, stderr),
     }
 }
 
@@ -114,8 +120,20 @@ const USAGE_LINE: &str = "Usage: autogpt-shim [GLOBAL OPTIONS] <COMMAND> [COMMAN
 /// Every command adds its line here when it arrives.
 const COMMANDS: &[(&str, &str)] = &[
     (
+        "auth",
+        "authorize this machine with the platform in a browser and store the tokens",
+    ),
+    (
         "start",
         "run the daemon in the foreground: start --session-id ID [--enable-shell]\n              [--enable-computer-use] [--enable-clipboard]\n              [--enable-clipboard-read-foreign] [--enable-recording]",
+    ),
+    (
+        "status",
+        "show the configuration, where the tokens are kept, and daemon and autostart state",
+    ),
+    (
+        "revoke",
+        "revoke the tokens on the platform, then delete them here",
     ),
     (
         "audit",

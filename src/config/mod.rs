@@ -13,6 +13,7 @@
 //! PROTOCOL.md §4.2.1, and never hand out a half-validated config: a built
 //! [`Config`] is immutable and every value in it has passed its constraint.
 
+pub mod autostart;
 mod env;
 mod error;
 mod file;

@@ -174,6 +174,16 @@ impl Home {
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
+    /// Appends bytes read elsewhere.
+    pub fn push(&self, bytes: &[u8]) {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+    }
+
+    /// Collects `pipe` until it ends, on a background thread.
+    pub fn collect_from(self, pipe: impl Read + Send + 'static) {
+        self.collect(pipe);
+    }
+
     fn collect(self, mut pipe: impl Read + Send + 'static) {
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
@@ -257,6 +267,16 @@ impl Shim {
         let stderr = Captured::default();
         stdout.clone().collect(child.stdout.take().unwrap());
         stderr.clone().collect(child.stderr.take().unwrap());
+        Shim {
+            child,
+            stdout,
+            stderr,
+            status: None,
+        }
+    }
+
+    /// A running child whose output is already being collected.
+    pub fn from_parts(child: Child, stdout: Captured, stderr: Captured) -> Shim {
         Shim {
             child,
             stdout,
