@@ -457,3 +457,38 @@ fn callback_listener_answers_other_methods_with_501_and_keeps_waiting() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn auth_opens_the_browser_with_the_url_alone_and_without_the_shims_secrets() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::without_tokens();
+    let oauth = OAuthEmulator::start().unwrap();
+    let bin = home.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let record = home.path().join("opener.txt");
+    let script = format!(
+        "#!/bin/sh\n{{ echo \"args=$#\"; echo \"url=$1\"; env; }} > '{}'\n",
+        record.display()
+    );
+    std::fs::write(bin.join("xdg-open"), script).unwrap();
+    std::fs::set_permissions(bin.join("xdg-open"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut command = home.command(&["--platform-url", &oauth.base_url(), "auth"]);
+    command
+        .env("AUTOGPT_SHIM_OAUTH_REDIRECT_PORT", port_block().to_string())
+        .env("DISPLAY", ":99")
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    assert!(eventually(WAIT, || std::fs::read_to_string(&record)
+        .is_ok_and(|t| t.contains("url="))));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(text.contains("args=1\n"), "{text}");
+    assert!(text.contains("url=http://127.0.0.1:"), "{text}");
+    assert!(!text.contains("AUTOGPT_SHIM_"), "{text}");
+    assert!(!text.contains(PASSPHRASE), "{text}");
+    assert!(text.contains("DISPLAY=:99"), "{text}");
+}

@@ -17,7 +17,18 @@ pub fn open(url: &str, env: &Environment) -> bool {
     let Some(program) = opener(env) else {
         return false;
     };
-    Command::new(program)
+    let mut command = Command::new(program);
+    // The desktop's own variables stay (the opener needs them); none of the
+    // shim's settings, the passphrase among them, reach the browser.
+    for (name, _) in env.iter() {
+        if name
+            .to_str()
+            .is_some_and(|n| n.to_ascii_uppercase().starts_with("AUTOGPT_SHIM_"))
+        {
+            command.env_remove(name);
+        }
+    }
+    command
         .arg(url)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
