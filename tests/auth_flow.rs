@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use autogpt_shim::auth::pkce::challenge;
-use autogpt_shim::secrets::{Passphrase, SecretStore, TokenFile, Tokens};
+use autogpt_shim::secrets::Tokens;
 use autogpt_shim_emulator::oauth::{form_fields, json_members, visit};
 use autogpt_shim_emulator::{OAuthEmulator, RevokeBehaviour, TokenBehaviour};
 use serde_json::json;
@@ -30,18 +30,8 @@ fn port_block() -> u16 {
     base + NEXT.fetch_add(12, Ordering::SeqCst)
 }
 
-fn store_of(home: &Home) -> SecretStore {
-    SecretStore::with_file(
-        TokenFile::new(
-            home.secrets_dir(),
-            Passphrase::new(PASSPHRASE.as_bytes().to_vec()).unwrap(),
-        ),
-        home.path().join("legacy"),
-    )
-}
-
 fn tokens(home: &Home) -> Tokens {
-    store_of(home).tokens().unwrap()
+    home.store().tokens().unwrap()
 }
 
 /// A running `autogpt-shim auth` with the authorize URL it printed.
@@ -417,7 +407,7 @@ fn status_reports_configuration_tokens_and_daemon_without_secrets() {
     shim.signal(rustix::process::Signal::TERM);
     assert_eq!(shim.wait(WAIT), 0);
 
-    store_of(&home).clear_tokens().unwrap();
+    home.store().clear_tokens().unwrap();
     let text = status(&home);
     assert!(
         text.contains("access token absent, refresh token absent"),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use autogpt_shim::auth::refresh::{StoredCredentials, TokenEndpoint};
 use autogpt_shim::daemon::runtime::{Credentials, Renewal};
 use autogpt_shim::daemon::session::AuditSink;
-use autogpt_shim::secrets::{Passphrase, SecretStore, SecretString, TokenFile};
+use autogpt_shim::secrets::SecretString;
 use autogpt_shim::transport::{Connector, ProxyConfig};
 use autogpt_shim_emulator::oauth::form_fields;
 use autogpt_shim_emulator::{
@@ -35,16 +35,6 @@ fn start_split(home: &Home, oauth: &OAuthEmulator, platform: &Emulator) -> Shim 
     ]);
     command.env("AUTOGPT_SHIM_PLATFORM_WS_URL", platform.ws_url());
     Shim::spawn(command)
-}
-
-fn store_of(home: &Home) -> SecretStore {
-    SecretStore::with_file(
-        TokenFile::new(
-            home.secrets_dir(),
-            Passphrase::new(PASSPHRASE.as_bytes().to_vec()).unwrap(),
-        ),
-        home.path().join("legacy"),
-    )
 }
 
 #[test]
@@ -77,7 +67,7 @@ fn a_401_refreshes_once_and_the_retry_carries_the_new_token() {
         ]
     );
     // Stored for the next start, refresh token included.
-    let tokens = store_of(&home).tokens().unwrap();
+    let tokens = home.store().tokens().unwrap();
     assert_eq!(tokens.access.unwrap().expose(), new_access);
     assert_eq!(tokens.refresh.unwrap().expose(), new_refresh);
     let refreshed = home.wait_record("TOKEN_REFRESHED", WAIT);
@@ -112,7 +102,7 @@ fn a_refresh_refused_by_the_token_endpoint_exits_77_and_keeps_the_tokens() {
         assert!(err.contains("Authentication failed: "), "{err}");
         assert!(err.contains("run autogpt-shim auth"), "{err}");
         assert_eq!(platform.attempts().len(), 1, "no retry without a new token");
-        let tokens = store_of(&home).tokens().unwrap();
+        let tokens = home.store().tokens().unwrap();
         assert_eq!(tokens.access.unwrap().expose(), ACCESS);
         assert_eq!(home.ops().last().unwrap(), "SHIM_STOP");
     }
@@ -191,7 +181,7 @@ fn a_token_rotated_in_the_store_is_used_without_the_token_endpoint() {
     let home = Home::new();
     let oauth = OAuthEmulator::start().unwrap();
     let initial = SecretString::new(ACCESS.into());
-    let credentials = StoredCredentials::new(store_of(&home), Some(&initial), endpoint(&oauth));
+    let credentials = StoredCredentials::new(home.store(), Some(&initial), endpoint(&oauth));
     home.store_tokens("rotated-access", REFRESH);
     let audit = audit_sink(home.path());
     let old = Zeroizing::new(ACCESS.to_owned());
@@ -216,7 +206,7 @@ fn two_connections_refused_at_once_share_one_refresh() {
     let oauth = OAuthEmulator::start().unwrap();
     let initial = SecretString::new(ACCESS.into());
     let credentials = Arc::new(StoredCredentials::new(
-        store_of(&home),
+        home.store(),
         Some(&initial),
         endpoint(&oauth),
     ));
@@ -244,9 +234,9 @@ fn two_connections_refused_at_once_share_one_refresh() {
 fn no_refresh_token_stored_is_a_definitive_refusal() {
     let home = Home::new();
     let oauth = OAuthEmulator::start().unwrap();
-    store_of(&home).clear_tokens().unwrap();
+    home.store().clear_tokens().unwrap();
     let credentials = StoredCredentials::new(
-        store_of(&home),
+        home.store(),
         Some(&SecretString::new(ACCESS.into())),
         endpoint(&oauth),
     );

@@ -18,11 +18,12 @@ use autogpt_shim::control::bindings::Revisions;
 use autogpt_shim::control::children::{ChildTemplate, Children};
 use autogpt_shim::control::grant::GrantKey;
 use autogpt_shim::control::plane::{ControlPlane, ControlSettings};
+use autogpt_shim::daemon::handlers::CommandGate;
 use autogpt_shim::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits};
 use autogpt_shim::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
 use autogpt_shim::daemon::pool::{Pool, WORKERS};
 use autogpt_shim::daemon::runtime::{Credentials, Plane, Renewal};
-use autogpt_shim::daemon::session::Serving;
+use autogpt_shim::daemon::session::{DataPlane, Serving};
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::JailOptions;
 use autogpt_shim::log::Log;
@@ -99,14 +100,22 @@ fn fixture() -> Fixture {
         audit: audit.clone(),
         log: Log::stderr(autogpt_shim::config::LogLevel::Warning),
         audit_path: audit_path.clone(),
-        spawner: Arc::new(
-            Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
-        ),
-        host_env: Arc::new(Vec::new()),
-        commands: Arc::new(MachineLimits::new(MachineLimitSettings::default())),
-        shell_enabled: false,
-        refuse_multilink_reads: false,
-        umask: rustix::fs::Mode::from_raw_mode(0o022),
+        data_plane: {
+            let spawner = Arc::new(
+                Spawner::start(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim"))).unwrap(),
+            );
+            let commands: Arc<dyn CommandGate + Send> =
+                Arc::new(MachineLimits::new(MachineLimitSettings::default()));
+            Arc::new(move |jail| DataPlane {
+                jail,
+                spawner: Arc::clone(&spawner),
+                host_env: Arc::new(Vec::new()),
+                commands: Arc::clone(&commands),
+                shell_enabled: false,
+                refuse_multilink_reads: false,
+                umask: rustix::fs::Mode::from_raw_mode(0o022),
+            })
+        },
         jail_options: JailOptions::default(),
     };
     let children = Children::new(

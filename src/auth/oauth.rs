@@ -121,18 +121,15 @@ pub struct Issued {
     pub refresh: Option<SecretString>,
 }
 
-fn post_form(
+/// One POST; the body of a 2xx answer, else why not.
+fn post(
     connector: &Connector,
     url: &str,
+    content_type: &str,
     body: &str,
 ) -> Result<Zeroizing<Vec<u8>>, OAuthError> {
     let response = connector
-        .post(
-            url,
-            "application/x-www-form-urlencoded",
-            body.as_bytes(),
-            MAX_RESPONSE,
-        )
+        .post(url, content_type, body.as_bytes(), MAX_RESPONSE)
         .map_err(|e| match e {
             TransportError::MessageTooLarge { .. } => {
                 OAuthError::Unusable("the response is larger than 64 KiB")
@@ -143,6 +140,14 @@ fn post_form(
         return Err(OAuthError::Status(response.status));
     }
     Ok(response.body)
+}
+
+fn post_form(
+    connector: &Connector,
+    url: &str,
+    body: &str,
+) -> Result<Zeroizing<Vec<u8>>, OAuthError> {
+    post(connector, url, "application/x-www-form-urlencoded", body)
 }
 
 /// Reads `access_token` (required) and `refresh_token` (required when

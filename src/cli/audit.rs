@@ -213,15 +213,6 @@ pub(crate) fn run(
 
 /// Writes one line; a closed stream is not worth a failure here (the exit
 /// code still tells the result).
-macro_rules! say {
-    ($out:expr) => {{
-        let _ = writeln!($out);
-    }};
-    ($out:expr, $($arg:tt)*) => {{
-        let _ = writeln!($out, $($arg)*);
-    }};
-}
-
 fn not_found(path: &Path, stderr: &mut dyn Write) -> u8 {
     say!(stderr, "Audit log not found: {}", path.display());
     exit::NEGATIVE_RESULT

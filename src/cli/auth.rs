@@ -16,13 +16,6 @@ use crate::auth::pkce::Pkce;
 use crate::config::{Environment, Overrides};
 use crate::exit;
 use crate::secrets::{ErrorClass, SecretError, SecretStore};
-use crate::transport::Connector;
-
-macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{
-        let _ = writeln!($out, $($arg)*);
-    }};
-}
 
 /// Runs `auth` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
@@ -42,16 +35,9 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     if let Err(e) = selected.store.tokens() {
         return store_failure(&e, stderr);
     }
-    let host_env: Vec<_> = env
-        .iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let connector = match Connector::from_config(&config, &host_env) {
+    let connector = match super::connector(&config, &env, stderr) {
         Ok(connector) => connector,
-        Err(e) => {
-            say!(stderr, "{PROGRAM}: configuration error: {e}");
-            return exit::EX_CONFIG;
-        }
+        Err(code) => return code,
     };
     let listener = match Listener::bind(config.oauth_redirect_port) {
         Ok(listener) => listener,

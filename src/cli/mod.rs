@@ -7,6 +7,17 @@
 //! must never print a secret, and it never does a command's work itself: each
 //! command lives in its own module and is reached through [`dispatch`].
 
+/// One line to a stream; a closed stream (`… | head`) is not worth a
+/// failure.
+macro_rules! say {
+    ($out:expr) => {{
+        let _ = writeln!($out);
+    }};
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
 mod args;
 mod audit;
 mod auth;
@@ -98,6 +109,26 @@ pub fn load_config(overrides: &Overrides, stderr: &mut dyn Write) -> Result<Conf
         }
         Err(error) => Err(config_error(&error, stderr)),
     }
+}
+
+/// The process environment as pairs, for the connector's proxy settings.
+pub(crate) fn env_pairs(env: &crate::config::Environment) -> Vec<(OsString, OsString)> {
+    env.iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The connector of a command that talks to the platform; an unusable CA
+/// file or proxy setting is a configuration error (exit 78).
+pub(crate) fn connector(
+    config: &Config,
+    env: &crate::config::Environment,
+    stderr: &mut dyn Write,
+) -> Result<crate::transport::Connector, u8> {
+    crate::transport::Connector::from_config(config, &env_pairs(env)).map_err(|e| {
+        say!(stderr, "{PROGRAM}: configuration error: {e}");
+        exit::EX_CONFIG
+    })
 }
 
 /// Reports an invalid configuration and returns its exit code.

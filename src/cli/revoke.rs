@@ -11,13 +11,6 @@ use crate::auth::oauth;
 use crate::config::{Environment, Overrides};
 use crate::exit;
 use crate::secrets::SecretStore;
-use crate::transport::Connector;
-
-macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{
-        let _ = writeln!($out, $($arg)*);
-    }};
-}
 
 /// Runs `revoke` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
@@ -52,16 +45,9 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     .filter_map(|(token, hint)| token.map(|t| (t, hint)))
     .collect();
     if !pairs.is_empty() {
-        let host_env: Vec<_> = env
-            .iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        let connector = match Connector::from_config(&config, &host_env) {
+        let connector = match super::connector(&config, &env, stderr) {
             Ok(connector) => connector,
-            Err(e) => {
-                say!(stderr, "{PROGRAM}: configuration error: {e}");
-                return exit::EX_CONFIG;
-            }
+            Err(code) => return code,
         };
         for (token, hint) in pairs {
             if let Err(e) = oauth::revoke(

@@ -44,12 +44,6 @@ use crate::secrets::{ErrorClass, KeyCheck, KeyOrigin, SecretError, SecretStore, 
 use crate::sys;
 use crate::transport::Connector;
 
-macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{
-        let _ = writeln!($out, $($arg)*);
-    }};
-}
-
 /// Why `start` ends before serving: the message and the exit status.
 struct Refusal {
     message: String,
@@ -103,16 +97,10 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         Err(code) => return code,
     };
     let env = Environment::from_process();
-    let host_env: Vec<(OsString, OsString)> = env
-        .iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let connector = match Connector::from_config(&config, &host_env) {
+    let host_env = super::env_pairs(&env);
+    let connector = match super::connector(&config, &env, stderr) {
         Ok(connector) => Arc::new(connector),
-        Err(e) => {
-            say!(stderr, "{PROGRAM}: configuration error: {e}");
-            return exit::EX_CONFIG;
-        }
+        Err(code) => return code,
     };
     let identity = match Identity::from_config(&config) {
         Ok(identity) => identity,
@@ -378,14 +366,18 @@ impl Running {
             max_delay: config.reconnect_max_delay,
             jitter: config.reconnect_jitter_seconds,
         };
-        let data_plane = |jail: Arc<Jail>| DataPlane {
-            jail,
-            spawner: Arc::clone(&spawner),
-            host_env: Arc::clone(&host_env),
-            commands: Arc::clone(&commands),
-            shell_enabled: config.enable_shell,
-            refuse_multilink_reads: config.refuse_multilink_reads,
-            umask,
+        let data_plane: Arc<dyn Fn(Arc<Jail>) -> DataPlane + Send + Sync> = {
+            let shell_enabled = config.enable_shell;
+            let refuse_multilink_reads = config.refuse_multilink_reads;
+            Arc::new(move |jail| DataPlane {
+                jail,
+                spawner: Arc::clone(&spawner),
+                host_env: Arc::clone(&host_env),
+                commands: Arc::clone(&commands),
+                shell_enabled,
+                refuse_multilink_reads,
+                umask,
+            })
         };
         let (url, kind, plane, control): (String, ConnectionKind, Arc<dyn Plane>, _) = match daemon
         {
@@ -417,12 +409,7 @@ impl Running {
                     audit: audit.clone(),
                     log: log.clone(),
                     audit_path: config.audit_log_path.clone(),
-                    spawner: Arc::clone(&spawner),
-                    host_env: Arc::clone(&host_env),
-                    commands: Arc::clone(&commands),
-                    shell_enabled: config.enable_shell,
-                    refuse_multilink_reads: config.refuse_multilink_reads,
-                    umask,
+                    data_plane: Arc::clone(&data_plane),
                     jail_options: jail_options(config),
                 };
                 let children = Children::new(

@@ -14,12 +14,6 @@ use crate::config::{Environment, Mode, Overrides};
 use crate::exit;
 use crate::secrets::SecretStore;
 
-macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{
-        let _ = writeln!($out, $($arg)*);
-    }};
-}
-
 /// Runs `status` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
     let config = match load_config(overrides, stderr) {

@@ -18,13 +18,11 @@ use std::time::{Duration, Instant};
 
 use super::bindings::Binding;
 use crate::audit::AuditLog;
-use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{Identity, Limits, Probes};
 use crate::daemon::limits::WorkPool;
 use crate::daemon::pool::Pool;
 use crate::daemon::runtime::{self, Credentials, DataSession, Outcome, Session};
 use crate::daemon::session::{Activity, AuditSink, DataPlane};
-use crate::exec::Spawner;
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
 use crate::protocol::{Backoff, Capability};
@@ -61,18 +59,9 @@ pub struct ChildTemplate {
     pub log: Log,
     /// The active audit log file.
     pub audit_path: std::path::PathBuf,
-    /// Starts commands.
-    pub spawner: Arc<Spawner>,
-    /// The shim's environment captured at start.
-    pub host_env: Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
-    /// The machine-wide command limits.
-    pub commands: Arc<dyn CommandGate + Send>,
-    /// `enable_shell`.
-    pub shell_enabled: bool,
-    /// `refuse_multilink_reads`.
-    pub refuse_multilink_reads: bool,
-    /// The process umask captured at start.
-    pub umask: rustix::fs::Mode,
+    /// Everything of a data plane but its root: spawner, environment,
+    /// command limits, switches, umask.
+    pub data_plane: Arc<dyn Fn(Arc<Jail>) -> DataPlane + Send + Sync>,
     /// `jail_no_xdev` and home directories.
     pub jail_options: JailOptions,
 }
@@ -250,15 +239,7 @@ impl Children {
             .map_err(|e| StartError::Internal(e.to_string()))?;
         let plane = DataSession {
             session_id: binding.session_id.clone(),
-            data: DataPlane {
-                jail: Arc::new(jail),
-                spawner: Arc::clone(&t.spawner),
-                host_env: Arc::clone(&t.host_env),
-                commands: Arc::clone(&t.commands),
-                shell_enabled: t.shell_enabled,
-                refuse_multilink_reads: t.refuse_multilink_reads,
-                umask: t.umask,
-            },
+            data: (t.data_plane)(Arc::new(jail)),
             activity: Some(Arc::clone(activity)),
             machine_pool: Some(Arc::clone(&self.machine_pool)),
         };

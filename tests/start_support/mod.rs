@@ -61,12 +61,16 @@ impl Home {
         self.path().join("secrets")
     }
 
-    /// Stores the tokens the way `auth` does, in the home's `tokens.enc`.
-    pub fn store_tokens(&self, access: &str, refresh: &str) {
+    /// The home's encrypted-file secret store, as the shim opens it.
+    pub fn store(&self) -> SecretStore {
         let passphrase = Passphrase::new(PASSPHRASE.as_bytes().to_vec()).unwrap();
         let file = TokenFile::new(self.secrets_dir(), passphrase);
-        let store = SecretStore::with_file(file, self.path().join("legacy-audit-key.enc"));
-        store
+        SecretStore::with_file(file, self.path().join("legacy-audit-key.enc"))
+    }
+
+    /// Stores the tokens the way `auth` does, in the home's `tokens.enc`.
+    pub fn store_tokens(&self, access: &str, refresh: &str) {
+        self.store()
             .store_tokens(
                 &SecretString::new(refresh.into()),
                 &SecretString::new(access.into()),
