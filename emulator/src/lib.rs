@@ -36,6 +36,7 @@
 
 pub mod conn;
 pub mod hello;
+mod listener;
 pub mod oauth;
 pub mod script;
 mod server;

@@ -34,12 +34,13 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+use crate::listener::Acceptor;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -157,7 +158,7 @@ impl RecordedRequest {
 /// State shared by the accept loop, the connection threads and the
 /// [`OAuthEmulator`] handle.
 struct Shared {
-    stop: AtomicBool,
+    stop: Arc<AtomicBool>,
     tokens: Mutex<VecDeque<TokenBehaviour>>,
     revokes: Mutex<VecDeque<RevokeBehaviour>>,
     requests: Mutex<Vec<RecordedRequest>>,
@@ -177,7 +178,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct OAuthEmulator {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    accept_thread: Option<JoinHandle<()>>,
+    _acceptor: Acceptor,
 }
 
 impl std::fmt::Debug for OAuthEmulator {
@@ -196,21 +197,25 @@ impl OAuthEmulator {
         let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
             tokens: Mutex::new(VecDeque::new()),
             revokes: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
             request_added: Condvar::new(),
             issued: Mutex::new(Vec::new()),
         });
-        let loop_shared = Arc::clone(&shared);
-        let accept_thread = thread::Builder::new()
-            .name("oauth-accept".to_owned())
-            .spawn(move || accept_loop(&listener, &loop_shared))?;
+        let conn_shared = Arc::clone(&shared);
+        let acceptor = Acceptor::start(
+            listener,
+            "oauth-accept",
+            "oauth-conn",
+            Arc::clone(&shared.stop),
+            move |tcp, _peer| serve(tcp, &conn_shared),
+        )?;
         Ok(OAuthEmulator {
             addr,
             shared,
-            accept_thread: Some(accept_thread),
+            _acceptor: acceptor,
         })
     }
 
@@ -286,42 +291,6 @@ impl OAuthEmulator {
     /// order. A pair is recorded before its answer is written.
     pub fn issued(&self) -> Vec<(String, String)> {
         lock(&self.shared.issued).clone()
-    }
-}
-
-impl Drop for OAuthEmulator {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        // The accept loop blocks in accept(); one connection wakes it to see
-        // the flag. If the connect fails the listener is already gone.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(thread) = self.accept_thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    loop {
-        let accepted = listener.accept();
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok((tcp, _peer)) = accepted else {
-            // A failed accept concerns only that client; a short pause keeps
-            // a persistent error (out of file descriptors) from spinning.
-            thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        let conn_shared = Arc::clone(shared);
-        // One thread per connection: a hung answer must not hold up the
-        // next request.
-        let spawned = thread::Builder::new()
-            .name("oauth-conn".to_owned())
-            .spawn(move || serve(tcp, &conn_shared));
-        if spawned.is_err() {
-            thread::sleep(Duration::from_millis(10));
-        }
     }
 }
 

@@ -11,13 +11,14 @@
 //! emulator exists for loopback tests and local development, and a test
 //! platform reachable from the network would be an open door.
 
+use crate::listener::Acceptor;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -161,7 +162,7 @@ impl EmulatorOptions {
 /// State shared by the accept loop, the connection threads and the
 /// [`Emulator`] handle.
 struct Shared {
-    stop: AtomicBool,
+    stop: Arc<AtomicBool>,
     serial: AtomicU64,
     upgrades: Mutex<VecDeque<UpgradeBehaviour>>,
     expected_token: Mutex<Option<String>>,
@@ -186,7 +187,7 @@ pub struct Emulator {
     tls: Option<TlsMaterial>,
     shared: Arc<Shared>,
     conns: Receiver<Conn>,
-    accept_thread: Option<JoinHandle<()>>,
+    _acceptor: Acceptor,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -215,7 +216,7 @@ impl Emulator {
         };
         let (conn_tx, conns) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
             serial: AtomicU64::new(0),
             upgrades: Mutex::new(options.upgrades.into_iter().collect()),
             expected_token: Mutex::new(options.expected_token),
@@ -225,16 +226,20 @@ impl Emulator {
             server_config: tls.as_ref().map(|tls| Arc::clone(&tls.server_config)),
             conns: conn_tx,
         });
-        let loop_shared = Arc::clone(&shared);
-        let accept_thread = thread::Builder::new()
-            .name("emulator-accept".to_owned())
-            .spawn(move || accept_loop(&listener, &loop_shared))?;
+        let conn_shared = Arc::clone(&shared);
+        let acceptor = Acceptor::start(
+            listener,
+            "emulator-accept",
+            "emulator-upgrade",
+            Arc::clone(&shared.stop),
+            move |tcp, peer| serve(tcp, peer, &conn_shared),
+        )?;
         Ok(Emulator {
             addr,
             tls,
             shared,
             conns,
-            accept_thread: Some(accept_thread),
+            _acceptor: acceptor,
         })
     }
 
@@ -334,43 +339,6 @@ impl Emulator {
                 .wait_timeout(attempts, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
-        }
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        // The accept loop blocks in accept(); one connection wakes it to see
-        // the flag. If the connect fails the listener is already gone.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(thread) = self.accept_thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    loop {
-        let accepted = listener.accept();
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok((tcp, peer)) = accepted else {
-            // A failed accept (e.g. the client reset first) concerns only
-            // that client; a short pause keeps a persistent error (out of
-            // file descriptors) from spinning.
-            thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        let conn_shared = Arc::clone(shared);
-        // One thread per connection: a client that stalls its handshake must
-        // not hold up the next one.
-        let spawned = thread::Builder::new()
-            .name("emulator-upgrade".to_owned())
-            .spawn(move || serve(tcp, peer, &conn_shared));
-        if spawned.is_err() {
-            thread::sleep(Duration::from_millis(10));
         }
     }
 }

@@ -173,6 +173,16 @@ impl Home {
     }
 }
 
+/// `--platform-url` and, over TLS, `--ca-file` for `emulator`.
+pub fn platform_args(emulator: &Emulator) -> Vec<String> {
+    let mut args = vec!["--platform-url".to_owned(), emulator.platform_url()];
+    if let Some(file) = emulator.ca_file() {
+        args.push("--ca-file".into());
+        args.push(file.to_str().unwrap().to_owned());
+    }
+    args
+}
+
 /// Output collected from a pipe by a background thread.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -228,15 +238,10 @@ impl Shim {
         env: &[(&str, &str)],
         extra: &[&str],
     ) -> Shim {
-        let platform = emulator.platform_url();
-        let mut args: Vec<&str> = vec!["--platform-url", &platform];
-        let ca;
-        if let Some(file) = emulator.ca_file() {
-            ca = file.to_str().unwrap().to_owned();
-            args.extend(["--ca-file", &ca]);
-        }
-        args.extend(["start", "--session-id", SESSION]);
-        args.extend(extra);
+        let mut args = platform_args(emulator);
+        args.extend(["start", "--session-id", SESSION].map(String::from));
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut command = home.command(&args);
         command.envs(env.iter().copied());
         Shim::spawn(command)
@@ -246,15 +251,10 @@ impl Shim {
     /// persistent machine-control mode. The home's `AUTOGPT_SHIM_ALLOWED_ROOT`
     /// is irrelevant there and removed.
     pub fn start_control(home: &Home, emulator: &Emulator, extra: &[&str]) -> Shim {
-        let platform = emulator.platform_url();
-        let mut args: Vec<&str> = vec!["--platform-url", &platform];
-        let ca;
-        if let Some(file) = emulator.ca_file() {
-            ca = file.to_str().unwrap().to_owned();
-            args.extend(["--ca-file", &ca]);
-        }
-        args.push("start");
-        args.extend(extra);
+        let mut args = platform_args(emulator);
+        args.push("start".into());
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut command = home.command(&args);
         command.env_remove("AUTOGPT_SHIM_ALLOWED_ROOT");
         Shim::spawn(command)
