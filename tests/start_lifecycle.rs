@@ -462,3 +462,72 @@ fn pin_mismatch_is_audited_retried_and_never_sends_the_token() {
     assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
     assert!(!home.ops().contains(&"WS_CONNECTED".to_owned()));
 }
+
+/// Unmounts on drop.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
+    let home = Home::new();
+    let small = home.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&small)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        println!("skipped: this machine does not let the test mount a small tmpfs");
+        return;
+    }
+    let _mount = Mount(small.clone());
+    let audit = small.join("audit.log");
+    let emulator = emulator();
+    let mut command = home.command(&[]);
+    let mut args = platform_args(&emulator);
+    args.extend(["start", "--session-id", SESSION].map(String::from));
+    command.args(&args);
+    command.env("AUTOGPT_SHIM_AUDIT_LOG_PATH", &audit);
+    let mut shim = Shim::spawn(command);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    // Fill the filesystem: the next record cannot be written.
+    let filler = small.join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+    let _ = file.sync_all();
+    // Records still fit in the log's last page; once it is full the next
+    // one fails.
+    let mut failed = None;
+    for _ in 0..100 {
+        let reply = conn.call("FILE_STAT", json!({"path": "."}), WAIT).unwrap();
+        if reply["type"] == "ERROR" {
+            failed = Some(reply);
+            break;
+        }
+    }
+    let reply = failed.expect("the audit log never filled up");
+    assert_eq!(reply["payload"]["code"], "INTERNAL_ERROR", "{reply}");
+    // Nothing more is sent: the shim closes and exits on its own.
+    assert_eq!(shim.wait(Duration::from_secs(5)), 78, "{}", shim.output());
+    assert!(
+        shim.stderr.text().contains("mandatory audit log"),
+        "{}",
+        shim.output()
+    );
+    assert!(conn.wait_closed(WAIT).is_some());
+    drop(file);
+    std::fs::remove_file(&filler).unwrap();
+    let text = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        !text.contains("\"op\": \"SHIM_STOP\""),
+        "no SHIM_STOP after a failure"
+    );
+}
