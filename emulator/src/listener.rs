@@ -1,6 +1,7 @@
-//! The accept side both emulator servers share: one thread accepting on a
-//! loopback listener and one thread per connection, stopped by a flag and
-//! a wake-up connection.
+//! What both emulator servers share: the accept side (one thread accepting
+//! on a loopback listener and one thread per connection, stopped by a flag
+//! and a wake-up connection) and the [`Record`] of what they saw, which
+//! tests wait on.
 //!
 //! It never reads or writes a byte of a connection; the handler does.
 
@@ -77,5 +78,58 @@ impl Drop for Acceptor {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// A list of things the server saw, that a test can wait on.
+#[derive(Debug)]
+pub(crate) struct Record<T> {
+    items: std::sync::Mutex<Vec<T>>,
+    added: std::sync::Condvar,
+}
+
+impl<T: Clone> Record<T> {
+    pub(crate) fn new() -> Record<T> {
+        Record {
+            items: std::sync::Mutex::new(Vec::new()),
+            added: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Appends one and wakes the waiters.
+    pub(crate) fn push(&self, item: T) {
+        self.lock().push(item);
+        self.added.notify_all();
+    }
+
+    /// Everything so far, in order.
+    pub(crate) fn all(&self) -> Vec<T> {
+        self.lock().clone()
+    }
+
+    /// Waits until at least `count` are there (or `timeout` passed) and
+    /// returns all of them.
+    pub(crate) fn wait_for(&self, count: usize, timeout: Duration) -> Vec<T> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut items = self.lock();
+        loop {
+            let now = std::time::Instant::now();
+            if items.len() >= count || now >= deadline {
+                return items.clone();
+            }
+            items = self
+                .added
+                .wait_timeout(items, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        // Items are pushed in one step; a panic elsewhere leaves the list
+        // whole.
+        self.items
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

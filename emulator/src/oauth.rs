@@ -34,17 +34,17 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use crate::listener::Acceptor;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::listener::{Acceptor, Record};
 use crate::wire;
 
 /// Path of the token endpoint (`AUTH.md` §1).
@@ -161,8 +161,7 @@ struct Shared {
     stop: Arc<AtomicBool>,
     tokens: Mutex<VecDeque<TokenBehaviour>>,
     revokes: Mutex<VecDeque<RevokeBehaviour>>,
-    requests: Mutex<Vec<RecordedRequest>>,
-    request_added: Condvar,
+    requests: Record<RecordedRequest>,
     issued: Mutex<Vec<(String, String)>>,
 }
 
@@ -200,8 +199,7 @@ impl OAuthEmulator {
             stop: Arc::new(AtomicBool::new(false)),
             tokens: Mutex::new(VecDeque::new()),
             revokes: Mutex::new(VecDeque::new()),
-            requests: Mutex::new(Vec::new()),
-            request_added: Condvar::new(),
+            requests: Record::new(),
             issued: Mutex::new(Vec::new()),
         });
         let conn_shared = Arc::clone(&shared);
@@ -263,26 +261,13 @@ impl OAuthEmulator {
     /// read in full. A request is recorded before it is answered, so one
     /// being hung on is already here.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        lock(&self.shared.requests).clone()
+        self.shared.requests.all()
     }
 
     /// Waits until at least `count` requests have been read (or `timeout`
     /// passed) and returns all of them.
     pub fn wait_requests(&self, count: usize, timeout: Duration) -> Vec<RecordedRequest> {
-        let deadline = Instant::now() + timeout;
-        let mut requests = lock(&self.shared.requests);
-        loop {
-            let now = Instant::now();
-            if requests.len() >= count || now >= deadline {
-                return requests.clone();
-            }
-            requests = self
-                .shared
-                .request_added
-                .wait_timeout(requests, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        self.shared.requests.wait_for(count, timeout)
     }
 
     /// `(access_token, refresh_token)` of every token answer issued so far
@@ -337,8 +322,7 @@ fn serve(tcp: TcpStream, shared: &Shared) {
         }
     };
     let answer = answer_for(&request, shared);
-    lock(&shared.requests).push(request);
-    shared.request_added.notify_all();
+    shared.requests.push(request);
     let written = match answer {
         Answer::Plain {
             status,

@@ -11,13 +11,12 @@
 //! emulator exists for loopback tests and local development, and a test
 //! platform reachable from the network would be an open door.
 
-use crate::listener::Acceptor;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,6 +28,7 @@ use tungstenite::protocol::WebSocketConfig;
 
 use crate::conn::{Conn, RequestInfo};
 use crate::hello::{ConnKind, HelloAck};
+use crate::listener::{Acceptor, Record};
 use crate::tls::{self, TlsMaterial, TlsVersions};
 use crate::transport::Transport;
 use crate::wire;
@@ -167,8 +167,7 @@ struct Shared {
     upgrades: Mutex<VecDeque<UpgradeBehaviour>>,
     expected_token: Mutex<Option<String>>,
     auto_handshake: Mutex<Option<HelloAck>>,
-    attempts: Mutex<Vec<UpgradeAttempt>>,
-    attempt_added: Condvar,
+    attempts: Record<UpgradeAttempt>,
     server_config: Option<Arc<rustls::ServerConfig>>,
     conns: Sender<Conn>,
 }
@@ -221,8 +220,7 @@ impl Emulator {
             upgrades: Mutex::new(options.upgrades.into_iter().collect()),
             expected_token: Mutex::new(options.expected_token),
             auto_handshake: Mutex::new(options.auto_handshake),
-            attempts: Mutex::new(Vec::new()),
-            attempt_added: Condvar::new(),
+            attempts: Record::new(),
             server_config: tls.as_ref().map(|tls| Arc::clone(&tls.server_config)),
             conns: conn_tx,
         });
@@ -320,26 +318,13 @@ impl Emulator {
 
     /// Every upgrade attempt that has ended so far, in order of ending.
     pub fn attempts(&self) -> Vec<UpgradeAttempt> {
-        lock(&self.shared.attempts).clone()
+        self.shared.attempts.all()
     }
 
     /// Waits until at least `count` attempts have ended (or `timeout`
     /// passed) and returns all of them.
     pub fn wait_attempts(&self, count: usize, timeout: Duration) -> Vec<UpgradeAttempt> {
-        let deadline = Instant::now() + timeout;
-        let mut attempts = lock(&self.shared.attempts);
-        loop {
-            let now = Instant::now();
-            if attempts.len() >= count || now >= deadline {
-                return attempts.clone();
-            }
-            attempts = self
-                .shared
-                .attempt_added
-                .wait_timeout(attempts, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        self.shared.attempts.wait_for(count, timeout)
     }
 }
 
@@ -368,14 +353,13 @@ fn serve(tcp: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     };
     // Recorded before the Conn is handed out, so a test holding a Conn
     // always finds its attempt.
-    lock(&shared.attempts).push(UpgradeAttempt {
+    shared.attempts.push(UpgradeAttempt {
         peer,
         path: seen.path,
         authorization: seen.authorization,
         headers: seen.headers,
         outcome,
     });
-    shared.attempt_added.notify_all();
     let Ok(conn) = result else {
         return;
     };
