@@ -210,3 +210,25 @@ fn non_ascii_entry_names_carry_the_utf8_flag() {
     assert_eq!(entries[0].0, "jöurnal.log");
     assert_eq!(entries[0].3, b"x\n");
 }
+
+#[test]
+fn export_reports_progress_up_to_the_total_size_of_the_logs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let second = tmp.path().join("audit.log.20240101-000000");
+    fs::copy(spec_log(), &second).unwrap();
+    let total = fs::metadata(spec_log()).unwrap().len() * 2;
+    let mut seen = Vec::new();
+    let out = tmp.path().join("bundle.zip");
+    autogpt_shim::audit::export::export_with_progress(
+        &[spec_log(), second],
+        &out,
+        &key(),
+        &options(false),
+        &mut |done, all| seen.push((done, all)),
+    )
+    .unwrap();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|&(_, all)| all == total));
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
+    assert_eq!(seen.last().unwrap().0, total);
+}

@@ -549,6 +549,18 @@ pub fn export(
     key: &AuditKey,
     options: &ExportOptions,
 ) -> Result<Exported, AuditError> {
+    export_with_progress(logs, output, key, options, &mut |_, _| {})
+}
+
+/// [`export`], reporting `(bytes of logs read so far, bytes in all logs)`
+/// as it goes (for a progress display).
+pub fn export_with_progress(
+    logs: &[PathBuf],
+    output: &Path,
+    key: &AuditKey,
+    options: &ExportOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Exported, AuditError> {
     let out_err = |what: &str, e: &dyn std::fmt::Display| {
         AuditError::Output(format!("{what} {}: {e}", output.display()))
     };
@@ -576,6 +588,14 @@ pub fn export(
     let mut zip = ZipWriter::new(BufWriter::new(&mut file), &options.modified);
     zip.force_zip64(options.force_zip64);
     let mut files = Vec::with_capacity(logs.len());
+    // Sizes as listed; a log growing meanwhile only pushes the count past
+    // the total, which the display clamps.
+    let total: u64 = logs
+        .iter()
+        .filter_map(|log| std::fs::metadata(log).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut done = 0u64;
     for log in logs {
         let name = base_name(log);
         let read_err =
@@ -587,11 +607,17 @@ pub fn export(
         let mut tagged = Tagged {
             inner: &mut input,
             failed: None,
+            read: 0,
+            progress: &mut |read| progress(done + read, total),
         };
-        let digest = match zip.add(&name, &mut tagged, limit) {
+        let added = zip.add(&name, &mut tagged, limit);
+        let read_here = tagged.read;
+        let failed = tagged.failed.take();
+        done += read_here;
+        let digest = match added {
             Ok(digest) => digest,
             Err(e) => {
-                return Err(match tagged.failed {
+                return Err(match failed {
                     Some(read) => read_err(&read),
                     None => out_err("cannot write", &e),
                 });
@@ -622,17 +648,22 @@ pub fn export(
     Ok(Exported { files, signature })
 }
 
-/// A reader that remembers its own failure.
+/// A reader that remembers its own failure and reports what it read.
 struct Tagged<'a> {
     inner: &'a mut dyn Read,
     failed: Option<io::Error>,
+    read: u64,
+    progress: &'a mut dyn FnMut(u64),
 }
 
 impl Read for Tagged<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read(buf).inspect_err(|e| {
+        let n = self.inner.read(buf).inspect_err(|e| {
             self.failed = Some(io::Error::new(e.kind(), e.to_string()));
-        })
+        })?;
+        self.read += n as u64;
+        (self.progress)(self.read);
+        Ok(n)
     }
 }
 

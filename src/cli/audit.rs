@@ -23,7 +23,7 @@ use super::args::{from_lexopt, text_value, value};
 use super::{PROGRAM, UsageError, VERSION, load_config};
 use crate::audit::anchor::Anchor;
 use crate::audit::canonical::repr_f64;
-use crate::audit::export::{ExportOptions, export};
+use crate::audit::export::{ExportOptions, export, export_with_progress};
 use crate::audit::files::{self, base_name, last_complete_line};
 use crate::audit::pretty::indent;
 use crate::audit::tail::Follower;
@@ -669,7 +669,29 @@ fn export_bundle(
         modified: timefmt::local_zone().civil(seconds),
         force_zip64: false,
     };
-    match export(&logs, &output, &key, &options) {
+    let exported = if rustix::termios::isatty(io::stderr()) {
+        let mut shown = None;
+        let done = export_with_progress(&logs, &output, &key, &options, &mut |read, total| {
+            if total < PROGRESS_MIN_BYTES as u64 {
+                return;
+            }
+            let percent = (u128::from(read) * 100 / u128::from(total)).min(100);
+            if shown != Some(percent) {
+                shown = Some(percent);
+                let _ = write!(stderr, "\rexporting: {percent:>3}%");
+                let _ = stderr.flush();
+            }
+        });
+        if shown.is_some() {
+            // Erase the progress line so that only results remain.
+            let _ = write!(stderr, "\r\x1b[2K");
+            let _ = stderr.flush();
+        }
+        done
+    } else {
+        export(&logs, &output, &key, &options)
+    };
+    match exported {
         Ok(done) => {
             say!(stdout, "Wrote {}", output.display());
             say!(stdout, "  files: {}", done.files.len());
