@@ -214,11 +214,16 @@ impl AuditKey {
         }
     }
 
-    /// Lowercase hex HMAC-SHA256 of `message`.
-    pub fn hmac_hex(&self, message: &[u8]) -> String {
+    /// HMAC-SHA256 of `message`.
+    pub fn hmac(&self, message: &[u8]) -> [u8; 32] {
         let mut mac = self.mac();
         mac.update(message);
-        hex(&mac.finalize().into_bytes())
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Lowercase hex HMAC-SHA256 of `message`.
+    pub fn hmac_hex(&self, message: &[u8]) -> String {
+        hex(&self.hmac(message))
     }
 
     /// Constant-time check of a stored lowercase-hex HMAC.

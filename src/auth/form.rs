@@ -6,19 +6,10 @@
 
 use zeroize::Zeroizing;
 
-/// Encodes one value.
+/// Encodes one value: the percent-encoding of the WebSocket path, with
+/// `+` for a space.
 pub fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for &b in value.as_bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'~' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            other => out.push_str(&format!("%{other:02X}")),
-        }
-    }
-    out
+    crate::config::pct_encode(value).replace("%20", "+")
 }
 
 /// `name=value&…` in the given order. The result may hold secrets (codes,

@@ -160,7 +160,6 @@ impl Children {
     /// connection's effective limits). The count check and the insertion
     /// happen under one lock.
     pub fn start(&self, binding: &Binding, ceilings: Limits) -> Result<(), StartError> {
-        self.reap_finished();
         if self.is_live(&binding.session_id) {
             return Ok(());
         }
@@ -310,30 +309,31 @@ impl Children {
         }
     }
 
-    /// Children whose last admitted request is at least `idle_after` old:
-    /// `(session_id, child id, idle seconds)`.
-    pub fn idle(&self, now: Instant, idle_after: Duration) -> Vec<(String, u64, f64)> {
+    /// Children whose last admitted request is at least `idle_after` old,
+    /// as `(session_id, child id)`.
+    pub fn idle(&self, now: Instant, idle_after: Duration) -> Vec<(String, u64)> {
         self.reap_finished();
         lock(&self.live)
             .iter()
-            .filter_map(|(session, child)| {
-                let idle = now.saturating_duration_since(child.activity.last());
-                (idle >= idle_after).then(|| (session.clone(), child.id, idle.as_secs_f64()))
-            })
+            .filter(|(_, child)| now.saturating_duration_since(child.activity.last()) >= idle_after)
+            .map(|(session, child)| (session.clone(), child.id))
             .collect()
     }
 
-    /// Whether child `id` of `session_id` is live and still idle.
+    /// How long child `id` of `session_id` has been idle, if it is still
+    /// live and idle for at least `idle_after`.
     pub fn still_idle(
         &self,
         session_id: &str,
         id: u64,
         now: Instant,
         idle_after: Duration,
-    ) -> bool {
-        lock(&self.live).get(session_id).is_some_and(|c| {
-            c.id == id && now.saturating_duration_since(c.activity.last()) >= idle_after
-        })
+    ) -> Option<Duration> {
+        lock(&self.live)
+            .get(session_id)
+            .filter(|c| c.id == id)
+            .map(|c| now.saturating_duration_since(c.activity.last()))
+            .filter(|idle| *idle >= idle_after)
     }
 
     /// Removes children whose runtime ended on its own.

@@ -117,16 +117,7 @@ impl GrantKey {
     /// Derives the key from the audit key (which is at least 16 bytes by
     /// construction).
     pub fn derive(audit_key: &AuditKey) -> GrantKey {
-        let hex = Zeroizing::new(audit_key.hmac_hex(GRANT_KEY_LABEL));
-        let mut bytes = Zeroizing::new([0u8; 32]);
-        for (i, pair) in hex.as_bytes().chunks(2).enumerate().take(32) {
-            let nibble = |b: u8| match b {
-                b'0'..=b'9' => b - b'0',
-                _ => b - b'a' + 10,
-            };
-            bytes[i] = (nibble(pair[0]) << 4) | nibble(pair[1]);
-        }
-        GrantKey(bytes)
+        GrantKey(Zeroizing::new(audit_key.hmac(GRANT_KEY_LABEL)))
     }
 
     /// The raw key, for the test vector.

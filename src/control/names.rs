@@ -48,38 +48,9 @@ pub fn casefold(text: &str) -> String {
 }
 
 /// Sorts names by their case folding in code-point order, keeping the
-/// original order of ties.
+/// original order of ties (the sort is stable; each key is folded once).
 pub fn sort_by_folded<T>(items: &mut [T], name: impl Fn(&T) -> &str) {
-    let mut keyed: Vec<(String, usize)> = items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| (casefold(name(item)), i))
-        .collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
-    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    apply_order(items, &order);
-}
-
-/// Reorders `items` so that position `k` holds the item that was at
-/// `order[k]`.
-fn apply_order<T>(items: &mut [T], order: &[usize]) {
-    let mut placed = vec![false; items.len()];
-    for start in 0..items.len() {
-        if placed[start] {
-            continue;
-        }
-        // Follow the cycle through `order`, swapping items into place.
-        let mut current = start;
-        loop {
-            placed[current] = true;
-            let next = order[current];
-            if placed[next] {
-                break;
-            }
-            items.swap(current, next);
-            current = next;
-        }
-    }
+    items.sort_by_cached_key(|item| casefold(name(item)));
 }
 
 #[cfg(test)]

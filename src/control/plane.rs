@@ -183,18 +183,15 @@ impl ControlPlane {
     /// must then fail closed).
     pub fn reap_idle(&self, idle_after: Duration) -> bool {
         let inner = &self.inner;
-        for (session, id, _) in inner.children.idle(Instant::now(), idle_after) {
+        for (session, id) in inner.children.idle(Instant::now(), idle_after) {
             let _guard = inner.locks.lock(&session);
-            let now = Instant::now();
-            if !inner.children.still_idle(&session, id, now, idle_after) {
-                continue;
-            }
-            let idle = inner
+            let Some(idle) = inner
                 .children
-                .idle(now, idle_after)
-                .into_iter()
-                .find(|(s, i, _)| *s == session && *i == id)
-                .map_or(idle_after.as_secs_f64(), |(_, _, seconds)| seconds);
+                .still_idle(&session, id, Instant::now(), idle_after)
+            else {
+                continue;
+            };
+            let idle = idle.as_secs_f64();
             let mut entry = Entry::event(
                 "IDLE_SESSION_DETACH",
                 Details::new().with("idle_seconds", json!(idle)),
@@ -226,13 +223,7 @@ impl ControlPlane {
         std::thread::Builder::new()
             .name("idle-reaper".into())
             .spawn(move || {
-                let mut next = Instant::now() + interval;
-                while !stop.load(Ordering::SeqCst) {
-                    if Instant::now() < next {
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                    next += interval;
+                while crate::daemon::runtime::pause(&stop, interval) {
                     if !plane.reap_idle(idle_after) {
                         stop.store(true, Ordering::SeqCst);
                     }

@@ -251,7 +251,7 @@ pub(super) fn dial(
     }
 }
 
-fn is_timeout(error: &std::io::Error) -> bool {
+pub(super) fn is_timeout(error: &std::io::Error) -> bool {
     matches!(
         error.kind(),
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
 
-use super::connector::{Connector, dial};
+use super::connector::{Connector, dial, is_timeout};
 use super::error::{Stage, TransportError};
 use super::proxy::open_tunnel;
 use super::stream::{Paced, Stream};
@@ -91,10 +91,7 @@ impl Connector {
 }
 
 fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
-    if matches!(
-        source.kind(),
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-    ) {
+    if is_timeout(&source) {
         TransportError::Timeout(stage)
     } else {
         TransportError::Io { stage, source }
