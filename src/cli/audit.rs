@@ -28,13 +28,13 @@ use crate::audit::files::{self, base_name, last_complete_line};
 use crate::audit::pretty::indent;
 use crate::audit::tail::Follower;
 use crate::audit::verify::{
-    AnchorFile, Violation, ViolationKind, check_file_link, check_tail_anchor, last_record_verifies,
-    verify_bytes, verify_bytes_with_progress,
+    AnchorFile, Violation, ViolationKind, check_file_link, check_tail_anchor, verify_bytes,
+    verify_bytes_with_progress,
 };
 use crate::audit::{AuditError, AuditKey, AuditLog, RotateReason, WriterOptions};
 use crate::config::{Config, Environment, Overrides};
 use crate::exit;
-use crate::secrets::{ErrorClass, KeyCheck, SecretError, SecretStore};
+use crate::secrets::{ErrorClass, SecretError, SecretStore};
 use crate::text::one_line;
 use crate::{sys, timefmt};
 
@@ -256,15 +256,8 @@ fn load_key(config: &Config, stderr: &mut dyn Write) -> Result<AuditKey, u8> {
     if let Some(warning) = &selected.warning {
         say!(stderr, "{PROGRAM}: {warning}");
     }
-    let log = config.audit_log_path.clone();
-    // Only consulted for a key recovered from the reference's legacy file:
-    // it must verify the newest record before it is used.
-    let mut check = |key: &AuditKey| match last_record_verifies(&log, key) {
-        Ok(None) => KeyCheck::NoRecords,
-        Ok(Some(true)) => KeyCheck::Verified,
-        Ok(Some(false)) => KeyCheck::Mismatch,
-        Err(why) => KeyCheck::Failed(why),
-    };
+    // Only consulted for a key recovered from the reference's legacy file.
+    let mut check = super::legacy_key_check(&config.audit_log_path);
     selected
         .store
         .audit_key_read_only(&mut check)

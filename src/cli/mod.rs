@@ -111,6 +111,20 @@ pub fn load_config(overrides: &Overrides, stderr: &mut dyn Write) -> Result<Conf
     }
 }
 
+/// How a key recovered from the reference's legacy file is judged: it must
+/// verify the newest record of the audit log at `log` (AUDIT.md §7.4).
+pub(crate) fn legacy_key_check(
+    log: &std::path::Path,
+) -> impl FnMut(&crate::audit::AuditKey) -> crate::secrets::KeyCheck + '_ {
+    use crate::secrets::KeyCheck;
+    move |key| match crate::audit::verify::last_record_verifies(log, key) {
+        Ok(None) => KeyCheck::NoRecords,
+        Ok(Some(true)) => KeyCheck::Verified,
+        Ok(Some(false)) => KeyCheck::Mismatch,
+        Err(why) => KeyCheck::Failed(why),
+    }
+}
+
 /// The process environment as pairs, for the connector's proxy settings.
 pub(crate) fn env_pairs(env: &crate::config::Environment) -> Vec<(OsString, OsString)> {
     env.iter()

@@ -40,7 +40,7 @@ use crate::jail::roots;
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
 use crate::protocol::Backoff;
-use crate::secrets::{ErrorClass, KeyCheck, KeyOrigin, SecretError, SecretStore, Tokens};
+use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens};
 use crate::sys;
 use crate::transport::Connector;
 
@@ -589,15 +589,7 @@ fn open_audit(
     if let Some(warning) = &selected.warning {
         say!(stderr, "{PROGRAM}: {warning}");
     }
-    let path = config.audit_log_path.clone();
-    let mut check =
-        |key: &crate::audit::AuditKey| match crate::audit::verify::last_record_verifies(&path, key)
-        {
-            Ok(None) => KeyCheck::NoRecords,
-            Ok(Some(true)) => KeyCheck::Verified,
-            Ok(Some(false)) => KeyCheck::Mismatch,
-            Err(why) => KeyCheck::Failed(why),
-        };
+    let mut check = super::legacy_key_check(&config.audit_log_path);
     let (key, origin, tokens) = selected
         .store
         .secrets_for_start(&mut check)
