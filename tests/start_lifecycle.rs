@@ -315,17 +315,8 @@ fn missing_allowed_root_is_refused_before_anything_is_written() {
     let home = Home::new();
     let emulator = emulator();
     let missing = home.path().join("no-such-dir");
-    let mut command = home.command(&[
-        "--platform-url",
-        &emulator.platform_url(),
-        "--allowed-root",
-        missing.to_str().unwrap(),
-        "start",
-        "--session-id",
-        SESSION,
-    ]);
-    command.env("AUTOGPT_SHIM_CA_FILE", emulator.ca_file().unwrap());
-    let mut shim = Shim::spawn(command);
+    let root = [("AUTOGPT_SHIM_ALLOWED_ROOT", missing.to_str().unwrap())];
+    let mut shim = Shim::start_with_env(&home, &emulator, &root, &[]);
     assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
     assert!(
         shim.stderr.text().contains("does not exist"),
@@ -340,17 +331,8 @@ fn missing_allowed_root_is_refused_before_anything_is_written() {
 fn home_directory_as_allowed_root_is_refused() {
     let home = Home::new();
     let emulator = emulator();
-    let mut command = home.command(&[
-        "--platform-url",
-        &emulator.platform_url(),
-        "--allowed-root",
-        home.path().to_str().unwrap(),
-        "start",
-        "--session-id",
-        SESSION,
-    ]);
-    command.env("AUTOGPT_SHIM_CA_FILE", emulator.ca_file().unwrap());
-    let mut shim = Shim::spawn(command);
+    let root = [("AUTOGPT_SHIM_ALLOWED_ROOT", home.path().to_str().unwrap())];
+    let mut shim = Shim::start_with_env(&home, &emulator, &root, &[]);
     assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
     assert!(
         shim.stderr.text().contains("Preflight failed: "),
