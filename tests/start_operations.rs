@@ -40,15 +40,6 @@ fn files_session(home: &Home) -> (Shim, Conn) {
     (shim, conn)
 }
 
-/// Sends a request and returns its terminal response.
-fn call(conn: &Conn, message_type: &str, payload: Value) -> (String, Value) {
-    let id = conn.request(message_type, payload).unwrap();
-    let response = conn
-        .wait_response(&id, WAIT)
-        .unwrap_or_else(|| panic!("no response to {message_type} {id}"));
-    (id, response)
-}
-
 /// The single audit record written for request `id`.
 fn record_of(home: &Home, id: &str) -> Value {
     let found: Vec<Value> = home

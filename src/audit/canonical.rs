@@ -101,19 +101,34 @@ fn shortest_digits(x: f64) -> (String, i64) {
 pub(crate) fn push_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
+        push_char(out, c);
     }
     out.push('"');
+}
+
+/// Appends one character of a JSON string with the escapes of §5.3.
+pub(crate) fn push_char(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\u{8}' => out.push_str("\\b"),
+        '\t' => out.push_str("\\t"),
+        '\n' => out.push_str("\\n"),
+        '\u{c}' => out.push_str("\\f"),
+        '\r' => out.push_str("\\r"),
+        c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+        c => out.push(c),
+    }
+}
+
+/// How many bytes [`push_char`] appends for `c` (to measure a string's
+/// canonical text without building it).
+pub(crate) fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{8}' | '\t' | '\n' | '\u{c}' | '\r' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
 }
 
 fn push_number(out: &mut String, n: &Number) -> Result<(), CanonError> {
@@ -282,6 +297,15 @@ mod tests {
             out,
             "\"\\\"\\\\\\b\\t\\n\\f\\r\\u0001\\u001f/\u{7f}\u{2028}é😀\""
         );
+    }
+
+    #[test]
+    fn escaped_len_is_the_length_push_char_appends() {
+        for c in (0u32..0x800).chain([0x2028, 0xffff, 0x1f600]).filter_map(char::from_u32) {
+            let mut out = String::new();
+            push_char(&mut out, c);
+            assert_eq!(escaped_len(c), out.len(), "{c:?}");
+        }
     }
 
     #[test]

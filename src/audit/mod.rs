@@ -2,6 +2,7 @@
 //!
 //! * `canonical` — the byte formats: canonical form, float `repr`, line spelling.
 //! * `record` — one record, its HMAC and its line.
+//! * `cap` — the 4 KiB cap of free-text fields, with length and hash.
 //! * `verify` — the verifier of AUDIT.md §10.1.
 //! * `writer` — the single writer thread: group commit, durable tickets,
 //!   recovery, rotation, the tail anchor, session-bound handles.
@@ -18,6 +19,7 @@
 
 pub mod anchor;
 pub mod canonical;
+pub mod cap;
 pub mod export;
 pub mod files;
 pub mod pretty;

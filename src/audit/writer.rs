@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 
 use super::anchor::Anchor;
 use super::canonical::{CanonError, canonical};
+use super::cap::cap_details;
 use super::files::last_complete_line;
 use super::record::{AuditKey, Details, Outcome, Record};
 use crate::protocol::json::parse_strict_for_audit;
@@ -338,7 +339,13 @@ impl AuditLog {
     }
 
     /// Submits a record; the ticket completes once it is durable.
-    pub fn submit(&self, entry: Entry) -> Ticket {
+    ///
+    /// Every record of the program enters here, so this is where its
+    /// free-text fields are capped: on the caller's thread, so neither the
+    /// queue nor the writer thread ever holds or hashes an oversized field
+    /// (the writer's own `AUDIT_ROTATED` holds only file names and numbers).
+    pub fn submit(&self, mut entry: Entry) -> Ticket {
+        entry.details = cap_details(std::mem::take(&mut entry.details));
         let (reply, rx) = bounded(1);
         if !self.is_healthy() {
             let _ = reply.send(Err(AuditError::Unhealthy(self.health.reason())));

@@ -368,6 +368,15 @@ pub fn accept_with(emulator: &Emulator, ack: &HelloAck) -> (Conn, Value) {
     (conn, hello)
 }
 
+/// Sends a request and returns its id and terminal response.
+pub fn call(conn: &Conn, message_type: &str, payload: Value) -> (String, Value) {
+    let id = conn.request(message_type, payload).unwrap();
+    let response = conn
+        .wait_response(&id, WAIT)
+        .unwrap_or_else(|| panic!("no response to {message_type} {id}"));
+    (id, response)
+}
+
 /// Polls `check` until it holds or `timeout` passes.
 pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -1,0 +1,143 @@
+//! What the real `autogpt-shim start` writes to its audit log when the
+//! platform sends hostile text, and how `audit show` displays it: every
+//! free-text field of a record is capped at 4 KiB with its full length and
+//! SHA-256 beside it, and the log still verifies.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod start_support;
+
+use autogpt_shim_emulator::{Conn, HelloAck};
+use rustix::process::Signal;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use start_support::*;
+
+/// The documented cap of one free-text field, in bytes.
+const CAP: usize = 4096;
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A shim started with `extra`, connected with `grants`.
+fn session(home: &Home, extra: &[&str], grants: &[&str]) -> (Shim, Conn) {
+    let emulator = emulator();
+    let shim = Shim::start(home, &emulator, extra);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(grants.iter().copied()));
+    (shim, conn)
+}
+
+/// The raw log lines whose record satisfies `pick`.
+fn lines_where(home: &Home, pick: impl Fn(&Value) -> bool) -> Vec<String> {
+    std::fs::read_to_string(&home.audit)
+        .unwrap()
+        .lines()
+        .filter(|l| pick(&serde_json::from_str::<Value>(l).unwrap()))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Checks that `details[field]` is the start of `full`, cut on a character
+/// boundary within the cap, with the full length and hash beside it.
+fn assert_capped_text(details: &Value, field: &str, full: &str) {
+    let kept = details[field].as_str().unwrap();
+    assert!(kept.len() <= CAP && kept.len() > CAP - 4, "{}", kept.len());
+    assert!(full.starts_with(kept));
+    assert_eq!(details[format!("{field}_bytes")], json!(full.len()));
+    assert_eq!(
+        details[format!("{field}_sha256")],
+        json!(sha256_hex(full.as_bytes()))
+    );
+}
+
+/// SIGTERM, exit 0, and `audit verify` clean.
+fn stop_and_verify(home: &Home, mut shim: Shim) {
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let (code, text) = home.verify();
+    assert_eq!(code, 0, "{text}");
+}
+
+#[test]
+fn a_huge_refused_path_is_logged_capped_with_its_length_and_hash() {
+    let home = Home::new();
+    let (shim, conn) = session(&home, &[], &["files"]);
+    // 2 MiB of two-byte characters after an escape: the cut falls inside
+    // a character unless it respects UTF-8 boundaries.
+    let path = format!("../{}", "é".repeat(1 << 20));
+    let before = std::fs::metadata(&home.audit).unwrap().len();
+    for _ in 0..4 {
+        let (_, response) = call(
+            &conn,
+            "FILE_STAT",
+            json!({"path": path, "follow_symlinks": false}),
+        );
+        assert_eq!(response["type"], "ERROR", "{response}");
+    }
+    let lines = lines_where(&home, |r| r["op"] == "JAIL_VIOLATION");
+    assert_eq!(lines.len(), 4);
+    for line in &lines {
+        assert!(line.len() < 2 * CAP, "a record of {} bytes", line.len());
+        let record: Value = serde_json::from_str(line).unwrap();
+        let details = &record["details"];
+        assert_capped_text(details, "path", &path);
+        assert_eq!(details["attempted_op"], "FILE_STAT");
+        // The siblings follow the field they describe.
+        assert!(line.contains("\"path_bytes\": 2097155, \"path_sha256\": \""));
+    }
+    let grown = std::fs::metadata(&home.audit).unwrap().len() - before;
+    assert!(grown < 8 * 4 * CAP as u64, "the log grew by {grown} bytes");
+    stop_and_verify(&home, shim);
+}
+
+#[test]
+fn a_huge_command_and_argv_are_logged_capped_with_their_length_and_hash() {
+    let home = Home::new();
+    let (shim, conn) = session(&home, &["--enable-shell"], &["files", "shell"]);
+
+    let command = format!("echo {}", "x".repeat(3 << 20));
+    let (id, _) = call(&conn, "EXECUTE_COMMAND", json!({"command": command}));
+    let lines = lines_where(&home, |r| r["request_id"] == id.as_str());
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].len() < 2 * CAP, "a record of {} bytes", lines[0].len());
+    let record: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(record["op"], "EXECUTE_COMMAND");
+    assert_capped_text(&record["details"], "command", &command);
+    // Fields within the cap carry no siblings.
+    assert!(record["details"].get("cwd_bytes").is_none(), "{record}");
+
+    // A list is capped as a whole: many small items, then one huge one.
+    let mut argv: Vec<String> = vec!["true".into()];
+    argv.extend((0..100_000).map(|i| format!("a{i}")));
+    let (id, _) = call(&conn, "EXECUTE_COMMAND", json!({"argv": argv}));
+    let lines = lines_where(&home, |r| r["request_id"] == id.as_str());
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].len() < 2 * CAP, "a record of {} bytes", lines[0].len());
+    let record: Value = serde_json::from_str(&lines[0]).unwrap();
+    let details = &record["details"];
+    let kept: Vec<String> = serde_json::from_value(details["argv"].clone()).unwrap();
+    assert!(kept.len() > 100 && kept.len() < argv.len(), "{kept:?}");
+    // Leading items whole; the one that crosses the cap cut to fit.
+    let last = kept.len() - 1;
+    assert_eq!(kept[..last], argv[..last]);
+    assert!(argv[last].starts_with(&kept[last]));
+    let listed = serde_json::to_string(&argv).unwrap();
+    assert!(serde_json::to_string(&kept).unwrap().len() <= CAP);
+    assert_eq!(details["argv_bytes"], json!(listed.len()));
+    assert_eq!(details["argv_sha256"], json!(sha256_hex(listed.as_bytes())));
+
+    let argv = vec!["echo".to_owned(), "y".repeat(2 << 20)];
+    let (id, _) = call(&conn, "EXECUTE_COMMAND", json!({"argv": argv}));
+    let lines = lines_where(&home, |r| r["request_id"] == id.as_str());
+    assert!(lines[0].len() < 2 * CAP, "a record of {} bytes", lines[0].len());
+    let record: Value = serde_json::from_str(&lines[0]).unwrap();
+    let kept: Vec<String> = serde_json::from_value(record["details"]["argv"].clone()).unwrap();
+    // The item that crosses the cap is cut, not dropped.
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(kept[0], "echo");
+    assert!(argv[1].starts_with(&kept[1]) && kept[1].len() > CAP - 16);
+    stop_and_verify(&home, shim);
+}
