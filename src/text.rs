@@ -1,14 +1,18 @@
-//! Untrusted text made safe to show on one line: every control character
-//! (newlines, escapes that drive a terminal, …) is written as an escape.
+//! Untrusted text made safe to show to a person: every character that
+//! drives a terminal or hides, reorders or breaks text instead of showing
+//! as itself (controls, bidi overrides, zero-width and other format
+//! characters, line separators) is written as an escape.
 //!
 //! Used wherever a message quotes a file name, an OS error or a platform
-//! message; it never shortens or otherwise changes printable text.
+//! message, and by `audit show`/`audit tail`; it never shortens or
+//! otherwise changes printable text.
 
-/// `text` with control characters escaped (`\n`, `\u{1b}`, …).
+/// `text` with every non-printing character escaped (`\n`, `\u{1b}`,
+/// `\u{202e}`, …).
 pub fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() {
+        if is_non_printing(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -17,10 +21,53 @@ pub fn one_line(text: &str) -> String {
     out
 }
 
+/// Whether `c` must not reach a terminal raw: a C0 or C1 control or DEL
+/// (general category Cc), a format character (Cf: the bidi embeddings,
+/// overrides, isolates and marks, zero-width characters, the BOM, the
+/// interlinear annotation and tag characters, …), or a line or paragraph
+/// separator (Zl, Zp).
+pub fn is_non_printing(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            u32::from(c),
+            0x00ad
+                | 0x0600..=0x0605
+                | 0x061c
+                | 0x06dd
+                | 0x070f
+                | 0x0890..=0x0891
+                | 0x08e2
+                | 0x180e
+                | 0x200b..=0x200f
+                | 0x2028..=0x202e
+                | 0x2060..=0x2064
+                | 0x2066..=0x206f
+                | 0xfeff
+                | 0xfff9..=0xfffb
+                | 0x110bd
+                | 0x110cd
+                | 0x13430..=0x1343f
+                | 0x1bca0..=0x1bca3
+                | 0x1d173..=0x1d17a
+                | 0xe0001
+                | 0xe0020..=0xe007f
+        )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn control_characters_are_escaped_and_the_rest_kept() {
         assert_eq!(super::one_line("a\nb\u{1b}[31mé"), "a\\nb\\u{1b}[31mé");
+    }
+
+    #[test]
+    fn c1_controls_bidi_and_format_characters_are_escaped() {
+        assert_eq!(
+            super::one_line("\u{9b}2J\u{7f}\u{202e}gpj.exe\u{2066}\u{2069}\u{200b}\u{feff}\u{e0041}"),
+            "\\u{9b}2J\\u{7f}\\u{202e}gpj.exe\\u{2066}\\u{2069}\\u{200b}\\u{feff}\\u{e0041}"
+        );
+        // Printable text, including other scripts and emoji, is unchanged.
+        assert_eq!(super::one_line("café ßπ日本 😀 a/b"), "café ßπ日本 😀 a/b");
     }
 }

@@ -1,7 +1,9 @@
 //! What the real `autogpt-shim start` writes to its audit log when the
 //! platform sends hostile text, and how `audit show` displays it: every
 //! free-text field of a record is capped at 4 KiB with its full length and
-//! SHA-256 beside it, and the log still verifies.
+//! SHA-256 beside it, the log still verifies, and terminal controls and
+//! bidi overrides taken from a request reach the log unchanged but the
+//! terminal only escaped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod start_support;
@@ -139,5 +141,42 @@ fn a_huge_command_and_argv_are_logged_capped_with_their_length_and_hash() {
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert_eq!(kept[0], "echo");
     assert!(argv[1].starts_with(&kept[1]) && kept[1].len() > CAP - 16);
+    stop_and_verify(&home, shim);
+}
+
+/// Characters that make a terminal do something other than show text.
+fn is_terminal_control(c: char) -> bool {
+    let u = c as u32;
+    (u < 0x20 && c != '\n')
+        || (0x7f..=0x9f).contains(&u)
+        || (0x202a..=0x202e).contains(&u)
+        || (0x2066..=0x2069).contains(&u)
+        || matches!(u, 0x200b..=0x200f | 0x2028 | 0x2029 | 0x061c | 0xfeff)
+}
+
+#[test]
+fn audit_show_escapes_terminal_controls_and_bidi_overrides_from_a_request() {
+    let home = Home::new();
+    let (shim, conn) = session(&home, &[], &["files"]);
+    let hostile = "../\u{9b}2J\u{1b}]0;owned\u{7}\u{7f}\u{202e}txt.exe\u{2066}x\u{2069}\u{200b}\u{85}";
+    let (_, response) = call(&conn, "FILE_STAT", json!({"path": hostile}));
+    assert_eq!(response["type"], "ERROR", "{response}");
+    let record = home.wait_record("JAIL_VIOLATION", WAIT);
+    // The log holds exactly what was asked.
+    assert_eq!(record["details"]["path"], hostile);
+    let seq = record["seq"].to_string();
+    let out = home.command(&["audit", "show", &seq]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let raw: Vec<char> = text.chars().filter(|&c| is_terminal_control(c)).collect();
+    assert!(raw.is_empty(), "raw controls {raw:?} in\n{text}");
+    // Escaped as JSON, so the printed record still parses to the same path.
+    assert!(
+        text.contains(r#""path": "../\u009b2J\u001b]0;owned\u0007\u007f\u202etxt.exe\u2066x\u2069\u200b\u0085""#),
+        "{text}"
+    );
+    let body = text.split_once('\n').unwrap().1;
+    let shown: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(shown, record);
     stop_and_verify(&home, shim);
 }

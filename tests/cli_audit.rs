@@ -20,7 +20,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use autogpt_shim::audit::{
-    AuditError, AuditKey, AuditLog, Details, Entry, RotateReason, WriterOptions,
+    AuditError, AuditKey, AuditLog, Details, Entry, Outcome, RotateReason, WriterOptions,
 };
 use autogpt_shim::secrets::{Passphrase, SecretString, TokenFile};
 use serde_json::{Value, json};
@@ -1245,6 +1245,51 @@ fn tail_exits_0_on_sigint() {
     expect_lines(&rx, &SPEC_TAIL);
     signal(&child, rustix::process::Signal::INT);
     assert_eq!(wait_for_exit(&mut child), Some(0));
+}
+
+#[test]
+fn tail_escapes_terminal_controls_and_bidi_overrides_in_records() {
+    let f = Fixture::new();
+    let (log, thread) = f.writer();
+    let hostile = "X\u{9b}2J\u{1b}]0;t\u{7}\u{7f}\u{202e}\u{2066}\u{200b}";
+    log.write(Entry {
+        op: hostile.into(),
+        request_id: None,
+        details: Details::new().with("path", json!(hostile)),
+        result: Outcome {
+            ok: false,
+            error_code: Some(hostile.into()),
+            ..Outcome::default()
+        },
+        session_id: None,
+    })
+    .unwrap();
+    drop(log);
+    thread.join();
+    let written = fs::read_to_string(f.log()).unwrap();
+    append(&f.log(), format!("not json {hostile}\n").as_bytes());
+    let mut child = f
+        .command(&["tail"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rx = line_reader(&mut child);
+    let shown = r"X\u{9b}2J\u{1b}]0;t\u{7}\u{7f}\u{202e}\u{2066}\u{200b}";
+    expect_lines(
+        &rx,
+        &[
+            &format!("seq=    1  {shown}  err:{shown}"),
+            &format!("[unparseable] not json {shown}"),
+        ],
+    );
+    signal(&child, rustix::process::Signal::TERM);
+    assert_eq!(wait_for_exit(&mut child), Some(0));
+    // The log itself is unchanged: the record holds the raw text.
+    assert!(fs::read_to_string(f.log()).unwrap().starts_with(&written));
+    let record: Value = serde_json::from_str(written.lines().next().unwrap()).unwrap();
+    assert_eq!(record["op"], hostile);
+    assert_eq!(record["details"]["path"], hostile);
 }
 
 #[test]

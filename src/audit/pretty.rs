@@ -5,10 +5,15 @@
 //! so members stay in on-disk order (a map would sort them) and every number
 //! keeps its exact text (`1712345680.0` stays a float). Strings are decoded
 //! and written again with the escapes of §5.3, so non-ASCII characters are
-//! shown raw whatever escape the line used. It formats; it never validates
-//! (the caller has parsed the line already) and never panics on odd input.
+//! shown raw whatever escape the line used — except the characters that
+//! would drive or deceive the terminal (C1 controls, DEL, bidi overrides,
+//! zero-width characters, …, see [`is_non_printing`]), which are written as
+//! JSON `\uXXXX` escapes: the output is still JSON meaning the same record.
+//! It formats; it never validates (the caller has parsed the line already),
+//! never panics on odd input, and never writes to the log.
 
-use super::canonical::push_string;
+use super::canonical::push_char;
+use crate::text::is_non_printing;
 
 /// Indentation per nesting level.
 const INDENT: &str = "  ";
@@ -57,9 +62,24 @@ pub fn indent(line: &str) -> String {
                 let end = string_end(bytes, i);
                 let token = &line[i..end];
                 match serde_json::from_str::<String>(token) {
-                    Ok(text) => push_string(&mut out, &text),
-                    // A lone surrogate escape has no UTF-8 form: keep it.
-                    Err(_) => out.push_str(token),
+                    Ok(text) => {
+                        out.push('"');
+                        for c in text.chars() {
+                            push_shown_char(&mut out, c);
+                        }
+                        out.push('"');
+                    }
+                    // A lone surrogate escape has no UTF-8 form: keep the
+                    // token's own escapes, still hiding nothing raw.
+                    Err(_) => {
+                        for c in token.chars() {
+                            if is_non_printing(c) {
+                                push_shown_char(&mut out, c);
+                            } else {
+                                out.push(c);
+                            }
+                        }
+                    }
                 }
                 i = end;
             }
@@ -88,6 +108,19 @@ pub fn indent(line: &str) -> String {
         }
     }
     out
+}
+
+/// One character of a shown string: the escapes of §5.3, and a `\uXXXX`
+/// escape (a surrogate pair above U+FFFF) for the other non-printing ones.
+fn push_shown_char(out: &mut String, c: char) {
+    if u32::from(c) < 0x20 || !is_non_printing(c) {
+        push_char(out, c);
+        return;
+    }
+    let mut units = [0u16; 2];
+    for unit in c.encode_utf16(&mut units) {
+        out.push_str(&format!("\\u{unit:04x}"));
+    }
 }
 
 fn newline(out: &mut String, depth: usize) {
@@ -138,6 +171,28 @@ mod tests {
         assert_eq!(
             indent(r#"{"c": "caf\u00e9 \"q\"\t\u0001 \ud83d\ude00"}"#),
             "{\n  \"c\": \"café \\\"q\\\"\\t\\u0001 😀\"\n}"
+        );
+    }
+
+    #[test]
+    fn terminal_controls_and_bidi_characters_are_shown_as_json_escapes() {
+        let line = "{\"p\": \"\u{9b}2J\u{7f}\u{85}\u{202e}x\u{2066}\u{200b}\u{e0041}\\u001b é\"}";
+        let shown = indent(line);
+        assert_eq!(
+            shown,
+            "{\n  \"p\": \"\\u009b2J\\u007f\\u0085\\u202ex\\u2066\\u200b\\udb40\\udc41\\u001b é\"\n}"
+        );
+        // Still JSON, and the same value.
+        let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        let original: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(parsed, original);
+    }
+
+    #[test]
+    fn an_unparseable_string_token_hides_nothing_raw() {
+        assert_eq!(
+            indent("{\"p\": \"\\ud800\u{202e}\"}"),
+            "{\n  \"p\": \"\\ud800\\u202e\"\n}"
         );
     }
 }
