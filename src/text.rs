@@ -64,7 +64,9 @@ mod tests {
     #[test]
     fn c1_controls_bidi_and_format_characters_are_escaped() {
         assert_eq!(
-            super::one_line("\u{9b}2J\u{7f}\u{202e}gpj.exe\u{2066}\u{2069}\u{200b}\u{feff}\u{e0041}"),
+            super::one_line(
+                "\u{9b}2J\u{7f}\u{202e}gpj.exe\u{2066}\u{2069}\u{200b}\u{feff}\u{e0041}"
+            ),
             "\\u{9b}2J\\u{7f}\\u{202e}gpj.exe\\u{2066}\\u{2069}\\u{200b}\\u{feff}\\u{e0041}"
         );
         // Printable text, including other scripts and emoji, is unchanged.

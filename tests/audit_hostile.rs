@@ -42,6 +42,15 @@ fn lines_where(home: &Home, pick: impl Fn(&Value) -> bool) -> Vec<String> {
         .collect()
 }
 
+/// The one record of request `id`, checked to be small on disk.
+fn small_record_of(home: &Home, id: &str) -> Value {
+    let lines = lines_where(home, |r| r["request_id"] == id);
+    assert_eq!(lines.len(), 1);
+    let size = lines[0].len();
+    assert!(size < 2 * CAP, "a record of {size} bytes");
+    serde_json::from_str(&lines[0]).unwrap()
+}
+
 /// Checks that `details[field]` is the start of `full`, cut on a character
 /// boundary within the cap, with the full length and hash beside it.
 fn assert_capped_text(details: &Value, field: &str, full: &str) {
@@ -102,10 +111,7 @@ fn a_huge_command_and_argv_are_logged_capped_with_their_length_and_hash() {
 
     let command = format!("echo {}", "x".repeat(3 << 20));
     let (id, _) = call(&conn, "EXECUTE_COMMAND", json!({"command": command}));
-    let lines = lines_where(&home, |r| r["request_id"] == id.as_str());
-    assert_eq!(lines.len(), 1);
-    assert!(lines[0].len() < 2 * CAP, "a record of {} bytes", lines[0].len());
-    let record: Value = serde_json::from_str(&lines[0]).unwrap();
+    let record = small_record_of(&home, &id);
     assert_eq!(record["op"], "EXECUTE_COMMAND");
     assert_capped_text(&record["details"], "command", &command);
     // Fields within the cap carry no siblings.
@@ -115,10 +121,7 @@ fn a_huge_command_and_argv_are_logged_capped_with_their_length_and_hash() {
     let mut argv: Vec<String> = vec!["true".into()];
     argv.extend((0..100_000).map(|i| format!("a{i}")));
     let (id, _) = call(&conn, "EXECUTE_COMMAND", json!({"argv": argv}));
-    let lines = lines_where(&home, |r| r["request_id"] == id.as_str());
-    assert_eq!(lines.len(), 1);
-    assert!(lines[0].len() < 2 * CAP, "a record of {} bytes", lines[0].len());
-    let record: Value = serde_json::from_str(&lines[0]).unwrap();
+    let record = small_record_of(&home, &id);
     let details = &record["details"];
     let kept: Vec<String> = serde_json::from_value(details["argv"].clone()).unwrap();
     assert!(kept.len() > 100 && kept.len() < argv.len(), "{kept:?}");
@@ -133,9 +136,7 @@ fn a_huge_command_and_argv_are_logged_capped_with_their_length_and_hash() {
 
     let argv = vec!["echo".to_owned(), "y".repeat(2 << 20)];
     let (id, _) = call(&conn, "EXECUTE_COMMAND", json!({"argv": argv}));
-    let lines = lines_where(&home, |r| r["request_id"] == id.as_str());
-    assert!(lines[0].len() < 2 * CAP, "a record of {} bytes", lines[0].len());
-    let record: Value = serde_json::from_str(&lines[0]).unwrap();
+    let record = small_record_of(&home, &id);
     let kept: Vec<String> = serde_json::from_value(record["details"]["argv"].clone()).unwrap();
     // The item that crosses the cap is cut, not dropped.
     assert_eq!(kept.len(), 2, "{kept:?}");
@@ -158,7 +159,8 @@ fn is_terminal_control(c: char) -> bool {
 fn audit_show_escapes_terminal_controls_and_bidi_overrides_from_a_request() {
     let home = Home::new();
     let (shim, conn) = session(&home, &[], &["files"]);
-    let hostile = "../\u{9b}2J\u{1b}]0;owned\u{7}\u{7f}\u{202e}txt.exe\u{2066}x\u{2069}\u{200b}\u{85}";
+    let hostile =
+        "../\u{9b}2J\u{1b}]0;owned\u{7}\u{7f}\u{202e}txt.exe\u{2066}x\u{2069}\u{200b}\u{85}";
     let (_, response) = call(&conn, "FILE_STAT", json!({"path": hostile}));
     assert_eq!(response["type"], "ERROR", "{response}");
     let record = home.wait_record("JAIL_VIOLATION", WAIT);

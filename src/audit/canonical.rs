@@ -301,7 +301,10 @@ mod tests {
 
     #[test]
     fn escaped_len_is_the_length_push_char_appends() {
-        for c in (0u32..0x800).chain([0x2028, 0xffff, 0x1f600]).filter_map(char::from_u32) {
+        for c in (0u32..0x800)
+            .chain([0x2028, 0xffff, 0x1f600])
+            .filter_map(char::from_u32)
+        {
             let mut out = String::new();
             push_char(&mut out, c);
             assert_eq!(escaped_len(c), out.len(), "{c:?}");

@@ -162,7 +162,8 @@ fn cut_container(value: Value) -> Value {
         Value::Object(members) => {
             let mut kept = Map::new();
             for (key, item) in members {
-                let Some(key_len) = string_len_within(&key, room_after(used, kept.is_empty())) else {
+                let Some(key_len) = string_len_within(&key, room_after(used, kept.is_empty()))
+                else {
                     break;
                 };
                 let room = room_after(used + key_len + 1, kept.is_empty());
