@@ -24,12 +24,14 @@ pub fn one_line(text: &str) -> String {
 /// Whether `c` must not reach a terminal raw: a C0 or C1 control or DEL
 /// (general category Cc), a format character (Cf: the bidi embeddings,
 /// overrides, isolates and marks, zero-width characters, the BOM, the
-/// interlinear annotation and tag characters, …), or a line or paragraph
-/// separator (Zl, Zp).
+/// interlinear annotation and tag characters, …), a line or paragraph
+/// separator (Zl, Zp), or a noncharacter (U+FDD0–U+FDEF, U+xxFFFE/F).
 pub fn is_non_printing(c: char) -> bool {
+    let u = u32::from(c);
     c.is_control()
+        || u & 0xfffe == 0xfffe
         || matches!(
-            u32::from(c),
+            u,
             0x00ad
                 | 0x0600..=0x0605
                 | 0x061c
@@ -37,6 +39,7 @@ pub fn is_non_printing(c: char) -> bool {
                 | 0x070f
                 | 0x0890..=0x0891
                 | 0x08e2
+                | 0xfdd0..=0xfdef
                 | 0x180e
                 | 0x200b..=0x200f
                 | 0x2028..=0x202e
@@ -65,9 +68,9 @@ mod tests {
     fn c1_controls_bidi_and_format_characters_are_escaped() {
         assert_eq!(
             super::one_line(
-                "\u{9b}2J\u{7f}\u{202e}gpj.exe\u{2066}\u{2069}\u{200b}\u{feff}\u{e0041}"
+                "\u{9b}2J\u{7f}\u{202e}gpj.exe\u{2066}\u{2069}\u{200b}\u{feff}\u{e0041}\u{ffff}"
             ),
-            "\\u{9b}2J\\u{7f}\\u{202e}gpj.exe\\u{2066}\\u{2069}\\u{200b}\\u{feff}\\u{e0041}"
+            "\\u{9b}2J\\u{7f}\\u{202e}gpj.exe\\u{2066}\\u{2069}\\u{200b}\\u{feff}\\u{e0041}\\u{ffff}"
         );
         // Printable text, including other scripts and emoji, is unchanged.
         assert_eq!(super::one_line("café ßπ日本 😀 a/b"), "café ßπ日本 😀 a/b");
