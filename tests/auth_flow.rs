@@ -618,3 +618,25 @@ fn callback_listener_ends_at_its_deadline_while_a_connection_trickles() {
     assert!(matches!(settled, Callback::TimedOut), "{settled:?}");
     assert!(took < Duration::from_millis(1500), "{took:?}");
 }
+
+#[test]
+fn auth_refuses_tokens_with_control_characters_and_stores_nothing() {
+    for body in [
+        r#"{"access_token":"at-1\r\nX-Injected: 1","refresh_token":"rt-1"}"#,
+        r#"{"access_token":"at-1","refresh_token":"rt-\u0000"}"#,
+        r#"{"access_token":"at-\u007f","refresh_token":"rt-1"}"#,
+        r#"{"access_token":"at-\u001b[2J","refresh_token":"rt-1"}"#,
+    ] {
+        let home = Home::without_tokens();
+        let oauth = OAuthEmulator::start().unwrap();
+        oauth.push_token(TokenBehaviour::Body(body.into()));
+        let mut run = AuthRun::start(&home, &oauth, port_block());
+        let state = run.param("state");
+        run.callback(&format!("code={CODE}&state={state}"));
+        assert_eq!(run.shim.wait(WAIT), 76, "{body}: {}", run.shim.output());
+        let err = run.shim.stderr.text();
+        assert!(err.contains("control characters"), "{body}: {err}");
+        let stored = tokens(&home);
+        assert!(stored.access.is_none() && stored.refresh.is_none(), "{body}");
+    }
+}
