@@ -513,3 +513,66 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
         "no SHIM_STOP after a failure"
     );
 }
+
+/// A CONNECT proxy on 127.0.0.1 that answers every request with `status`
+/// and an HTML page, head and body in one write, as real proxies do.
+fn html_refusing_proxy(status: u16) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        listener.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + WAIT;
+        while std::time::Instant::now() < deadline && heads.is_empty() {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            stream.set_nonblocking(false).unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            heads.push(String::from_utf8_lossy(&head).into_owned());
+            let page = "<html><head><title>Access denied</title></head><body><h1>Proxy authentication required</h1></body></html>";
+            let answer = format!(
+                "HTTP/1.1 {status} Refused\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+        heads
+    });
+    (port, handle)
+}
+
+#[test]
+fn a_proxy_refusal_with_an_html_page_is_reported_with_its_status() {
+    for status in [407, 403] {
+        let home = Home::new();
+        let (port, proxy) = html_refusing_proxy(status);
+        let out = home
+            .command(&["--platform-url", "https://platform.example.test", "revoke"])
+            .env("HTTPS_PROXY", format!("http://127.0.0.1:{port}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("the proxy refused CONNECT with HTTP {status}")),
+            "{err}"
+        );
+        assert!(!err.contains("unexpected data"), "{err}");
+        let heads = proxy.join().unwrap();
+        assert!(
+            heads[0].starts_with("CONNECT platform.example.test:443 HTTP/1.1\r\n"),
+            "{heads:?}"
+        );
+    }
+}
