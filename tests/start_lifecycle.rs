@@ -514,6 +514,35 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
     );
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn a_fifo_as_ca_file_is_refused_with_78_without_blocking() {
+    let home = Home::new();
+    let emulator = emulator();
+    let fifo = home.path().join("ca.fifo");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+    )
+    .unwrap();
+    let mut command = home.command(&[
+        "--platform-url",
+        &emulator.platform_url(),
+        "--ca-file",
+        fifo.to_str().unwrap(),
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.05");
+    let mut shim = Shim::spawn(command);
+    assert_eq!(shim.wait(Duration::from_secs(10)), 78, "{}", shim.output());
+    let err = shim.stderr.text();
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(emulator.attempts().is_empty());
+}
+
 /// A CONNECT proxy on 127.0.0.1 that answers every request with `status`
 /// and an HTML page, head and body in one write, as real proxies do.
 fn html_refusing_proxy(status: u16) -> (u16, std::thread::JoinHandle<Vec<String>>) {

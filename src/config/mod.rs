@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 pub use env::Environment;
+pub(crate) use file::open_regular_file;
 pub use error::{ConfigError, ConfigWarning, Source};
 pub use layers::Overrides;
 pub use machine_id::{
