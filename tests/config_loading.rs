@@ -995,6 +995,32 @@ fn tls_pins_are_comma_separated_lowercase_hex_digests() {
 }
 
 #[test]
+fn an_empty_pin_in_any_source_leaves_the_pin_to_the_next_source() {
+    let file_pin = "ab".repeat(32);
+    let env_pin = "cd".repeat(32);
+    let fx = Fixture::new().env("AUTOGPT_SHIM_TLS_PIN_SHA256", &env_pin);
+    let empty_flag = Overrides {
+        tls_pin_sha256: Some(String::new()),
+        ..fx.file(&format!("tls_pin_sha256 = \"{file_pin}\"\n"))
+    };
+    assert_eq!(fx.config(&empty_flag).tls_pin_sha256, vec![[0xab; 32]]);
+    let empty_file_and_flag = Overrides {
+        tls_pin_sha256: Some(String::new()),
+        ..fx.file("tls_pin_sha256 = \"\"\n")
+    };
+    assert_eq!(
+        fx.config(&empty_file_and_flag).tls_pin_sha256,
+        vec![[0xcd; 32]]
+    );
+    let nothing = Fixture::new();
+    let only_empty = Overrides {
+        tls_pin_sha256: Some(String::new()),
+        ..Overrides::default()
+    };
+    assert!(nothing.config(&only_empty).tls_pin_sha256.is_empty());
+}
+
+#[test]
 fn ollama_url_must_be_http_or_https() {
     let fx = Fixture::new();
     assert_eq!(

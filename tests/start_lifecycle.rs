@@ -435,8 +435,14 @@ fn pin_mismatch_is_audited_retried_and_never_sends_the_token() {
         );
         assert_eq!(attempt.authorization, None);
     }
+    pin_mismatch_is_audited_then_stop(&home, &mut shim);
+}
+
+/// A `tls_pin_mismatch` disconnect is recorded, no connection ever came
+/// up, and the shim stops cleanly on SIGTERM.
+fn pin_mismatch_is_audited_then_stop(home: &Home, shim: &mut Shim) {
     assert!(eventually(WAIT, || {
-        records_of(&home, "WS_DISCONNECTED")
+        records_of(home, "WS_DISCONNECTED")
             .iter()
             .any(|r| r["details"]["reason"] == "tls_pin_mismatch")
     }));
@@ -512,6 +518,39 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
         !text.contains("\"op\": \"SHIM_STOP\""),
         "no SHIM_STOP after a failure"
     );
+}
+
+#[test]
+fn an_empty_pin_flag_keeps_the_pin_from_the_config_file() {
+    let home = Home::new();
+    let emulator = emulator();
+    let config = home.path().join("pinned.toml");
+    std::fs::write(&config, format!("tls_pin_sha256 = \"{}\"\n", "00".repeat(32))).unwrap();
+    let mut command = home.command(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--platform-url",
+        &emulator.platform_url(),
+        "--ca-file",
+        emulator.ca_file().unwrap().to_str().unwrap(),
+        "--tls-pin-sha256",
+        "",
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.05");
+    let mut shim = Shim::spawn(command);
+    let attempts = emulator.wait_attempts(1, WAIT);
+    assert!(
+        matches!(
+            attempts.first().map(|a| &a.outcome),
+            Some(AttemptOutcome::TlsFailed(_))
+        ),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[0].authorization, None);
+    pin_mismatch_is_audited_then_stop(&home, &mut shim);
 }
 
 #[cfg(target_os = "linux")]

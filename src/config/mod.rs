@@ -413,7 +413,9 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         Some(setting) => Some(resolve("tls_ca_file", &setting)?),
         None => None,
     };
-    let pins = layers.optional_string("tls_pin_sha256")?;
+    // An empty value never means "no pin": it leaves the pin to the next
+    // source (`--tls-pin-sha256 ""` keeps the one in config.toml).
+    let pins = layers.nonempty_string("tls_pin_sha256")?;
     let tls_pin_sha256 = match &pins.value {
         Some(text) => {
             parse_pins(text).map_err(|reason| invalid("tls_pin_sha256", &pins, reason))?
