@@ -889,8 +889,24 @@ fn reconnect_delays_must_be_finite_and_not_negative() {
                 "{key}={bad}"
             );
         }
-        assert!(fx.load(&with_setting(key, "0")).is_ok());
+        assert!(fx.load(&with_setting(key, "0.05")).is_ok());
         assert!(fx.load(&with_setting(key, "86400")).is_ok());
+    }
+    assert!(
+        fx.load(&with_setting("reconnect_jitter_seconds", "0"))
+            .is_ok()
+    );
+}
+
+#[test]
+fn reconnect_delays_below_the_floor_are_refused() {
+    let fx = Fixture::new();
+    for key in ["reconnect_base_delay", "reconnect_max_delay"] {
+        for bad in ["0", "0.049"] {
+            let error = fx.error(&with_setting(key, bad));
+            assert_eq!(invalid_key(&error), key, "{key}={bad}");
+            assert!(error.to_string().contains("from 0.05 to 86400"), "{error}");
+        }
     }
 }
 

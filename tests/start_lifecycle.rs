@@ -525,7 +525,11 @@ fn an_empty_pin_flag_keeps_the_pin_from_the_config_file() {
     let home = Home::new();
     let emulator = emulator();
     let config = home.path().join("pinned.toml");
-    std::fs::write(&config, format!("tls_pin_sha256 = \"{}\"\n", "00".repeat(32))).unwrap();
+    std::fs::write(
+        &config,
+        format!("tls_pin_sha256 = \"{}\"\n", "00".repeat(32)),
+    )
+    .unwrap();
     let mut command = home.command(&[
         "--config",
         config.to_str().unwrap(),
@@ -551,6 +555,33 @@ fn an_empty_pin_flag_keeps_the_pin_from_the_config_file() {
     );
     assert_eq!(attempts[0].authorization, None);
     pin_mismatch_is_audited_then_stop(&home, &mut shim);
+}
+
+#[test]
+fn reconnect_delays_below_the_floor_are_refused_with_78() {
+    for (key, value) in [
+        ("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0"),
+        ("AUTOGPT_SHIM_RECONNECT_MAX_DELAY", "0"),
+        ("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.001"),
+    ] {
+        let home = Home::new();
+        let emulator = emulator();
+        let mut shim = Shim::start_with_env(&home, &emulator, &[(key, value)], &[]);
+        assert_eq!(
+            shim.wait(Duration::from_secs(10)),
+            78,
+            "{key}={value}: {}",
+            shim.output()
+        );
+        let err = shim.stderr.text();
+        let name = key.trim_start_matches("AUTOGPT_SHIM_").to_ascii_lowercase();
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&name) && l.contains("from 0.05 to 86400")),
+            "{key}={value}: {err}"
+        );
+        assert!(emulator.attempts().is_empty(), "{key}={value}: connected");
+    }
 }
 
 #[cfg(target_os = "linux")]
