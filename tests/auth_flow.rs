@@ -637,6 +637,9 @@ fn auth_refuses_tokens_with_control_characters_and_stores_nothing() {
         let err = run.shim.stderr.text();
         assert!(err.contains("control characters"), "{body}: {err}");
         let stored = tokens(&home);
-        assert!(stored.access.is_none() && stored.refresh.is_none(), "{body}");
+        assert!(
+            stored.access.is_none() && stored.refresh.is_none(),
+            "{body}"
+        );
     }
 }

@@ -256,10 +256,10 @@ fn a_refreshed_token_with_control_characters_is_a_transient_failure_and_is_not_s
     oauth.push_token(TokenBehaviour::Body(
         r#"{"access_token":"at-1\r\nX-Injected: 1","refresh_token":"rt-1"}"#.into(),
     ));
-    let platform = Emulator::start(EmulatorOptions::new().upgrades([
-        UpgradeBehaviour::Status(401),
-        UpgradeBehaviour::Status(401),
-    ]))
+    let platform = Emulator::start(
+        EmulatorOptions::new()
+            .upgrades([UpgradeBehaviour::Status(401), UpgradeBehaviour::Status(401)]),
+    )
     .unwrap();
     let mut shim = start_split(&home, &oauth, &platform);
     // The unusable answer is dropped; the next refresh works.

@@ -613,7 +613,7 @@ fn a_fifo_as_ca_file_is_refused_with_78_without_blocking() {
     assert!(emulator.attempts().is_empty());
 }
 
-/// A CONNECT proxy on 127.0.0.1 that answers every request with `status`
+/// A CONNECT proxy on 127.0.0.1 that answers the first request with `status`
 /// and an HTML page, head and body in one write, as real proxies do.
 fn html_refusing_proxy(status: u16) -> (u16, std::thread::JoinHandle<Vec<String>>) {
     use std::io::{Read, Write};

@@ -27,10 +27,10 @@ use rustls::{
 use sha2::{Digest, Sha256};
 
 use super::der;
-use crate::config::open_regular_file;
 use super::error::{CaFileProblem, Stage, TransportError};
 use super::stream::Paced;
 use super::url::Host;
+use crate::config::open_regular_file;
 
 /// Largest `--ca-file` read (a full public root bundle is about 250 KiB).
 pub const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
