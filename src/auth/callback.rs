@@ -120,7 +120,11 @@ impl Listener {
         let mut pending: VecDeque<Pending> = VecDeque::new();
         while Instant::now() < deadline {
             let mut progressed = false;
-            while let Ok((stream, _)) = self.listener.accept() {
+            // Bounded, so a flood of connections cannot starve the rest.
+            for _ in 0..MAX_PENDING {
+                let Ok((stream, _)) = self.listener.accept() else {
+                    break;
+                };
                 progressed = true;
                 if stream.set_nonblocking(true).is_err() {
                     continue;
