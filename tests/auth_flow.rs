@@ -482,3 +482,164 @@ fn auth_opens_the_browser_with_the_url_alone_and_without_the_shims_secrets() {
     assert!(!text.contains(PASSPHRASE), "{text}");
     assert!(text.contains("DISPLAY=:99"), "{text}");
 }
+
+/// A local connection to the callback port that sends the start of a
+/// request head, one byte every `every`, and never finishes it.
+struct Trickler {
+    stream: std::net::TcpStream,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Trickler {
+    fn open(port: u16, every: Duration) -> Trickler {
+        use std::io::Write;
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writer = stream.try_clone().unwrap();
+        let flag = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            for byte in b"GET /callback?state=x HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+                if flag.load(Ordering::SeqCst) || writer.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        Trickler { stream, stop }
+    }
+
+    /// Whether the other side has closed the connection, waiting up to
+    /// `timeout` for it.
+    fn closed_within(&self, timeout: Duration) -> bool {
+        use std::io::Read;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut reader = self.stream.try_clone().unwrap();
+        let mut buf = [0u8; 64];
+        while std::time::Instant::now() < deadline {
+            reader
+                .set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            match reader.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+}
+
+impl Drop for Trickler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn callback_port(run: &AuthRun) -> u16 {
+    let redirect = run.param("redirect_uri");
+    let authority = redirect
+        .strip_prefix("http://localhost:")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    authority.parse().unwrap()
+}
+
+#[test]
+fn auth_completes_the_real_callback_while_other_connections_trickle_or_idle() {
+    let home = Home::without_tokens();
+    let oauth = OAuthEmulator::start().unwrap();
+    let mut run = AuthRun::start(&home, &oauth, port_block());
+    let port = callback_port(&run);
+    let _trickler = Trickler::open(port, Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(100));
+    let _idle = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let state = run.param("state");
+    let started = std::time::Instant::now();
+    let redirect = run.param("redirect_uri");
+    let answer = visit(
+        &format!("{redirect}?code={CODE}&state={state}"),
+        Duration::from_secs(5),
+    );
+    assert_eq!(answer.map(|(status, _)| status).ok(), Some(200));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(run.shim.wait(WAIT), 0, "{}", run.shim.output());
+    assert!(tokens(&home).access.is_some());
+}
+
+#[test]
+fn auth_closes_a_connection_whose_request_head_takes_longer_than_ten_seconds() {
+    let home = Home::without_tokens();
+    let oauth = OAuthEmulator::start().unwrap();
+    let mut run = AuthRun::start(&home, &oauth, port_block());
+    let started = std::time::Instant::now();
+    let trickler = Trickler::open(callback_port(&run), Duration::from_millis(500));
+    assert!(
+        trickler.closed_within(Duration::from_secs(13)),
+        "a connection sending a byte every 500 ms is still open after 13 s"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(9),
+        "closed after {:?}: {}",
+        started.elapsed(),
+        run.shim.output()
+    );
+    let state = run.param("state");
+    run.callback(&format!("code={CODE}&state={state}"));
+    assert_eq!(run.shim.wait(WAIT), 0, "{}", run.shim.output());
+}
+
+#[test]
+fn callback_listener_ends_at_its_deadline_while_a_connection_trickles() {
+    use autogpt_shim::auth::callback::{Callback, Listener};
+    use autogpt_shim::auth::pkce::Pkce;
+    let listener = Listener::bind(port_block()).unwrap();
+    let port = listener.port();
+    let pkce = Pkce::generate().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let settled = listener.wait(&pkce, Duration::from_secs(1));
+        let _ = sender.send((settled, started.elapsed()));
+    });
+    let _trickler = Trickler::open(port, Duration::from_millis(200));
+    let (settled, took) = receiver
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the listener is still waiting 4 s after its deadline");
+    assert!(matches!(settled, Callback::TimedOut), "{settled:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+}
+
+#[test]
+fn auth_refuses_tokens_with_control_characters_and_stores_nothing() {
+    for body in [
+        r#"{"access_token":"at-1\r\nX-Injected: 1","refresh_token":"rt-1"}"#,
+        r#"{"access_token":"at-1","refresh_token":"rt-\u0000"}"#,
+        r#"{"access_token":"at-\u007f","refresh_token":"rt-1"}"#,
+        r#"{"access_token":"at-\u001b[2J","refresh_token":"rt-1"}"#,
+    ] {
+        let home = Home::without_tokens();
+        let oauth = OAuthEmulator::start().unwrap();
+        oauth.push_token(TokenBehaviour::Body(body.into()));
+        let mut run = AuthRun::start(&home, &oauth, port_block());
+        let state = run.param("state");
+        run.callback(&format!("code={CODE}&state={state}"));
+        assert_eq!(run.shim.wait(WAIT), 76, "{body}: {}", run.shim.output());
+        let err = run.shim.stderr.text();
+        assert!(err.contains("control characters"), "{body}: {err}");
+        let stored = tokens(&home);
+        assert!(
+            stored.access.is_none() && stored.refresh.is_none(),
+            "{body}"
+        );
+    }
+}

@@ -248,3 +248,42 @@ fn no_refresh_token_stored_is_a_definitive_refusal() {
     ));
     assert!(oauth.requests().is_empty());
 }
+
+#[test]
+fn a_refreshed_token_with_control_characters_is_a_transient_failure_and_is_not_stored() {
+    let home = Home::new();
+    let oauth = OAuthEmulator::start().unwrap();
+    oauth.push_token(TokenBehaviour::Body(
+        r#"{"access_token":"at-1\r\nX-Injected: 1","refresh_token":"rt-1"}"#.into(),
+    ));
+    let platform = Emulator::start(
+        EmulatorOptions::new()
+            .upgrades([UpgradeBehaviour::Status(401), UpgradeBehaviour::Status(401)]),
+    )
+    .unwrap();
+    let mut shim = start_split(&home, &oauth, &platform);
+    // The unusable answer is dropped; the next refresh works.
+    let (conn, _) = connect(&platform, HelloAck::new().grant(["files"]));
+    assert_eq!(oauth.requests().len(), 2);
+    let (new_access, new_refresh) = oauth.issued()[0].clone();
+    assert_eq!(
+        conn.authorization(),
+        Some(format!("Bearer {new_access}").as_str())
+    );
+    for attempt in platform.attempts() {
+        let sent = attempt.authorization.unwrap_or_default();
+        assert!(!sent.contains("at-1"), "{sent:?}");
+    }
+    let tokens = home.store().tokens().unwrap();
+    assert_eq!(tokens.access.unwrap().expose(), new_access);
+    assert_eq!(tokens.refresh.unwrap().expose(), new_refresh);
+    assert_eq!(
+        home.records()
+            .iter()
+            .filter(|r| r["op"] == "TOKEN_REFRESHED")
+            .count(),
+        1
+    );
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+}

@@ -889,8 +889,24 @@ fn reconnect_delays_must_be_finite_and_not_negative() {
                 "{key}={bad}"
             );
         }
-        assert!(fx.load(&with_setting(key, "0")).is_ok());
+        assert!(fx.load(&with_setting(key, "0.05")).is_ok());
         assert!(fx.load(&with_setting(key, "86400")).is_ok());
+    }
+    assert!(
+        fx.load(&with_setting("reconnect_jitter_seconds", "0"))
+            .is_ok()
+    );
+}
+
+#[test]
+fn reconnect_delays_below_the_floor_are_refused() {
+    let fx = Fixture::new();
+    for key in ["reconnect_base_delay", "reconnect_max_delay"] {
+        for bad in ["0", "0.049"] {
+            let error = fx.error(&with_setting(key, bad));
+            assert_eq!(invalid_key(&error), key, "{key}={bad}");
+            assert!(error.to_string().contains("from 0.05 to 86400"), "{error}");
+        }
     }
 }
 
@@ -992,6 +1008,32 @@ fn tls_pins_are_comma_separated_lowercase_hex_digests() {
         assert_eq!(invalid_key(&error), "tls_pin_sha256", "{bad}");
         assert!(error.to_string().contains("--tls-pin-sha256"));
     }
+}
+
+#[test]
+fn an_empty_pin_in_any_source_leaves_the_pin_to_the_next_source() {
+    let file_pin = "ab".repeat(32);
+    let env_pin = "cd".repeat(32);
+    let fx = Fixture::new().env("AUTOGPT_SHIM_TLS_PIN_SHA256", &env_pin);
+    let empty_flag = Overrides {
+        tls_pin_sha256: Some(String::new()),
+        ..fx.file(&format!("tls_pin_sha256 = \"{file_pin}\"\n"))
+    };
+    assert_eq!(fx.config(&empty_flag).tls_pin_sha256, vec![[0xab; 32]]);
+    let empty_file_and_flag = Overrides {
+        tls_pin_sha256: Some(String::new()),
+        ..fx.file("tls_pin_sha256 = \"\"\n")
+    };
+    assert_eq!(
+        fx.config(&empty_file_and_flag).tls_pin_sha256,
+        vec![[0xcd; 32]]
+    );
+    let nothing = Fixture::new();
+    let only_empty = Overrides {
+        tls_pin_sha256: Some(String::new()),
+        ..Overrides::default()
+    };
+    assert!(nothing.config(&only_empty).tls_pin_sha256.is_empty());
 }
 
 #[test]

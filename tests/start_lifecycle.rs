@@ -435,8 +435,14 @@ fn pin_mismatch_is_audited_retried_and_never_sends_the_token() {
         );
         assert_eq!(attempt.authorization, None);
     }
+    pin_mismatch_is_audited_then_stop(&home, &mut shim);
+}
+
+/// A `tls_pin_mismatch` disconnect is recorded, no connection ever came
+/// up, and the shim stops cleanly on SIGTERM.
+fn pin_mismatch_is_audited_then_stop(home: &Home, shim: &mut Shim) {
     assert!(eventually(WAIT, || {
-        records_of(&home, "WS_DISCONNECTED")
+        records_of(home, "WS_DISCONNECTED")
             .iter()
             .any(|r| r["details"]["reason"] == "tls_pin_mismatch")
     }));
@@ -512,4 +518,160 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
         !text.contains("\"op\": \"SHIM_STOP\""),
         "no SHIM_STOP after a failure"
     );
+}
+
+#[test]
+fn an_empty_pin_flag_keeps_the_pin_from_the_config_file() {
+    let home = Home::new();
+    let emulator = emulator();
+    let config = home.path().join("pinned.toml");
+    std::fs::write(
+        &config,
+        format!("tls_pin_sha256 = \"{}\"\n", "00".repeat(32)),
+    )
+    .unwrap();
+    let mut command = home.command(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--platform-url",
+        &emulator.platform_url(),
+        "--ca-file",
+        emulator.ca_file().unwrap().to_str().unwrap(),
+        "--tls-pin-sha256",
+        "",
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.05");
+    let mut shim = Shim::spawn(command);
+    let attempts = emulator.wait_attempts(1, WAIT);
+    assert!(
+        matches!(
+            attempts.first().map(|a| &a.outcome),
+            Some(AttemptOutcome::TlsFailed(_))
+        ),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[0].authorization, None);
+    pin_mismatch_is_audited_then_stop(&home, &mut shim);
+}
+
+#[test]
+fn reconnect_delays_below_the_floor_are_refused_with_78() {
+    for (key, value) in [
+        ("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0"),
+        ("AUTOGPT_SHIM_RECONNECT_MAX_DELAY", "0"),
+        ("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.001"),
+    ] {
+        let home = Home::new();
+        let emulator = emulator();
+        let mut shim = Shim::start_with_env(&home, &emulator, &[(key, value)], &[]);
+        assert_eq!(
+            shim.wait(Duration::from_secs(10)),
+            78,
+            "{key}={value}: {}",
+            shim.output()
+        );
+        let err = shim.stderr.text();
+        let name = key.trim_start_matches("AUTOGPT_SHIM_").to_ascii_lowercase();
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&name) && l.contains("from 0.05 to 86400")),
+            "{key}={value}: {err}"
+        );
+        assert!(emulator.attempts().is_empty(), "{key}={value}: connected");
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_fifo_as_ca_file_is_refused_with_78_without_blocking() {
+    let home = Home::new();
+    let emulator = emulator();
+    let fifo = home.path().join("ca.fifo");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+    )
+    .unwrap();
+    let mut command = home.command(&[
+        "--platform-url",
+        &emulator.platform_url(),
+        "--ca-file",
+        fifo.to_str().unwrap(),
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.05");
+    let mut shim = Shim::spawn(command);
+    assert_eq!(shim.wait(Duration::from_secs(10)), 78, "{}", shim.output());
+    let err = shim.stderr.text();
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(emulator.attempts().is_empty());
+}
+
+/// A CONNECT proxy on 127.0.0.1 that answers the first request with `status`
+/// and an HTML page, head and body in one write, as real proxies do.
+fn html_refusing_proxy(status: u16) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        listener.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + WAIT;
+        while std::time::Instant::now() < deadline && heads.is_empty() {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            stream.set_nonblocking(false).unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            heads.push(String::from_utf8_lossy(&head).into_owned());
+            let page = "<html><head><title>Access denied</title></head><body><h1>Proxy authentication required</h1></body></html>";
+            let answer = format!(
+                "HTTP/1.1 {status} Refused\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+        heads
+    });
+    (port, handle)
+}
+
+#[test]
+fn a_proxy_refusal_with_an_html_page_is_reported_with_its_status() {
+    for status in [407, 403] {
+        let home = Home::new();
+        let (port, proxy) = html_refusing_proxy(status);
+        let out = home
+            .command(&["--platform-url", "https://platform.example.test", "revoke"])
+            .env("HTTPS_PROXY", format!("http://127.0.0.1:{port}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("the proxy refused CONNECT with HTTP {status}")),
+            "{err}"
+        );
+        assert!(!err.contains("unexpected data"), "{err}");
+        let heads = proxy.join().unwrap();
+        assert!(
+            heads[0].starts_with("CONNECT platform.example.test:443 HTTP/1.1\r\n"),
+            "{heads:?}"
+        );
+    }
 }

@@ -5,10 +5,14 @@
 //! Every answer is a fixed page that echoes nothing from the request; the
 //! authorization code, the state and the query are never printed or
 //! logged. Other paths get 404 and the listener keeps waiting, so a
-//! browser's favicon probe cannot end the flow. This module never binds a
-//! non-loopback address.
+//! browser's favicon probe cannot end the flow. Connections are read side by
+//! side without blocking, each with a bound on its whole request head, so an
+//! idle or trickling connection can neither delay the real callback nor keep
+//! the flow past its deadline. This module never binds a non-loopback
+//! address.
 
-use std::io::{Read, Write};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -21,8 +25,14 @@ use super::pkce::Pkce;
 pub const PORT_COUNT: u16 = 12;
 /// How long the flow waits for the browser (AUTH.md §5).
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(300);
-/// Per-connection read timeout.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one connection may take to send its whole request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long writing one answer may take.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections whose heads are awaited at once.
+const MAX_PENDING: usize = 16;
+/// The pause between two looks when nothing arrived.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Longest request head read.
 const MAX_HEAD: usize = 8 * 1024;
 
@@ -95,65 +105,161 @@ impl Listener {
 
     /// Serves requests until `/callback` settles the flow or `timeout`
     /// passes; the listener is closed when this returns.
+    ///
+    /// Connections are served side by side without blocking: each has
+    /// [`HEAD_TIMEOUT`] for its whole request head, at most
+    /// [`MAX_PENDING`] wait at once (a new one displaces the oldest), and
+    /// the deadline is checked on every turn, so neither a browser's idle
+    /// preconnection nor a local connection trickling bytes can hold the
+    /// flow open or delay the real callback.
     pub fn wait(self, pkce: &Pkce, timeout: Duration) -> Callback {
         let deadline = Instant::now() + timeout;
         if self.listener.set_nonblocking(true).is_err() {
             return Callback::TimedOut;
         }
-        loop {
-            if Instant::now() >= deadline {
-                return Callback::TimedOut;
+        let mut pending: VecDeque<Pending> = VecDeque::new();
+        while Instant::now() < deadline {
+            let mut progressed = false;
+            // Bounded, so a flood of connections cannot starve the rest.
+            for _ in 0..MAX_PENDING {
+                let Ok((stream, _)) = self.listener.accept() else {
+                    break;
+                };
+                progressed = true;
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                if pending.len() >= MAX_PENDING {
+                    pending.pop_front();
+                }
+                pending.push_back(Pending::new(stream));
             }
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    if let Some(settled) = serve(stream, pkce, deadline) {
-                        return settled;
+            let now = Instant::now();
+            let mut index = 0;
+            while let Some(connection) = pending.get_mut(index) {
+                match connection.poll(now) {
+                    Poll::Waiting => index += 1,
+                    Poll::Progress => {
+                        progressed = true;
+                        index += 1;
+                    }
+                    Poll::Dropped => {
+                        pending.remove(index);
+                    }
+                    Poll::Head => {
+                        progressed = true;
+                        if let Some(mut done) = pending.remove(index) {
+                            if let Some(settled) = serve(&mut done.stream, &done.head, pkce) {
+                                return settled;
+                            }
+                        }
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
+            if !progressed {
+                std::thread::sleep(POLL_INTERVAL);
+            }
+        }
+        Callback::TimedOut
+    }
+}
+
+/// One accepted connection whose request head is still arriving.
+struct Pending {
+    stream: TcpStream,
+    head: Zeroizing<Vec<u8>>,
+    /// When its whole head must have arrived.
+    head_deadline: Instant,
+}
+
+/// What one look at a pending connection found.
+enum Poll {
+    /// Nothing new.
+    Waiting,
+    /// More bytes, the head is not complete yet.
+    Progress,
+    /// The head is complete.
+    Head,
+    /// Closed, failed, too large or too slow: forget it.
+    Dropped,
+}
+
+impl Pending {
+    fn new(stream: TcpStream) -> Pending {
+        Pending {
+            stream,
+            head: Zeroizing::new(Vec::with_capacity(1024)),
+            head_deadline: Instant::now() + HEAD_TIMEOUT,
+        }
+    }
+
+    /// Reads what has arrived, without blocking.
+    fn poll(&mut self, now: Instant) -> Poll {
+        let mut buf = Zeroizing::new([0u8; 1024]);
+        let mut progressed = false;
+        loop {
+            if self.head.windows(4).any(|w| w == b"\r\n\r\n") {
+                return Poll::Head;
+            }
+            if self.head.len() >= MAX_HEAD {
+                return Poll::Dropped;
+            }
+            match self.stream.read(&mut buf[..]) {
+                Ok(0) => return Poll::Dropped,
+                Ok(n) => {
+                    let room = MAX_HEAD - self.head.len();
+                    self.head.extend_from_slice(&buf[..n.min(room)]);
+                    progressed = true;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(_) => return Poll::Dropped,
+            }
+        }
+        if now >= self.head_deadline {
+            Poll::Dropped
+        } else if progressed {
+            Poll::Progress
+        } else {
+            Poll::Waiting
         }
     }
 }
 
-/// Answers one connection; `Some` when it settled the flow.
-fn serve(mut stream: TcpStream, pkce: &Pkce, deadline: Instant) -> Option<Callback> {
-    let _ = stream.set_nonblocking(false);
-    let timeout = deadline
-        .saturating_duration_since(Instant::now())
-        .min(READ_TIMEOUT)
-        .max(Duration::from_millis(1));
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
-    let head = read_head(&mut stream)?;
+/// Answers one complete request head; `Some` when it settled the flow.
+fn serve(stream: &mut TcpStream, head: &[u8], pkce: &Pkce) -> Option<Callback> {
+    // The answer is a few hundred bytes to a loopback peer: a short
+    // blocking write, bounded so that a peer that reads nothing cannot
+    // hold the flow.
+    if stream.set_nonblocking(false).is_err() {
+        return None;
+    }
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
-    let (method, target) = match request.parse(&head) {
+    let (method, target) = match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => (
             request.method.unwrap_or("").to_owned(),
             Zeroizing::new(request.path.unwrap_or("").to_owned()),
         ),
         _ => {
-            respond(&mut stream, 400, "Bad Request", PAGE_FAILED);
+            respond(stream, 400, "Bad Request", PAGE_FAILED);
             return None;
         }
     };
     if method != "GET" {
-        respond(&mut stream, 501, "Not Implemented", PAGE_FAILED);
+        respond(stream, 501, "Not Implemented", PAGE_FAILED);
         return None;
     }
     let (path, query) = target.split_once('?').unwrap_or((target.as_str(), ""));
     if path != "/callback" {
-        respond(&mut stream, 404, "Not Found", PAGE_NOT_FOUND);
+        respond(stream, 404, "Not Found", PAGE_NOT_FOUND);
         return None;
     }
     let settled = judge(pkce, query);
     match &settled {
-        Callback::Code(_) => respond(&mut stream, 200, "OK", PAGE_OK),
-        _ => respond(&mut stream, 400, "Bad Request", PAGE_FAILED),
+        Callback::Code(_) => respond(stream, 200, "OK", PAGE_OK),
+        _ => respond(stream, 400, "Bad Request", PAGE_FAILED),
     }
     Some(settled)
 }
@@ -179,26 +285,6 @@ fn judge(pkce: &Pkce, query: &str) -> Callback {
     match first("code") {
         Some(code) => Callback::Code(code),
         None => Callback::NoCode,
-    }
-}
-
-fn read_head(stream: &mut TcpStream) -> Option<Zeroizing<Vec<u8>>> {
-    let mut head = Zeroizing::new(Vec::with_capacity(1024));
-    let mut buf = [0u8; 1024];
-    loop {
-        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-            return Some(head);
-        }
-        if head.len() >= MAX_HEAD {
-            return None;
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => {
-                let room = MAX_HEAD - head.len();
-                head.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
     }
 }
 

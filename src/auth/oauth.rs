@@ -6,8 +6,9 @@
 //! Tokens, codes and verifiers only ever travel in request bodies over the
 //! transport's verified TLS (or to loopback); they are held zeroizing and
 //! never appear in an error message. A response larger than 64 KiB, one
-//! that is not JSON, or one without the tokens the grant must return is an
-//! unusable response, never partially stored.
+//! that is not JSON, one without the tokens the grant must return, or one
+//! whose tokens contain control characters is an unusable response, never
+//! partially stored.
 
 use std::fmt;
 
@@ -170,6 +171,13 @@ fn parse_tokens(body: &[u8], need_refresh: bool) -> Result<Issued, OAuthError> {
     let access =
         take(&mut json, "access_token").ok_or(OAuthError::Unusable("no access_token string"))?;
     let refresh = take(&mut json, "refresh_token");
+    // A token goes into an HTTP header: CR/LF would inject headers, and NUL,
+    // DEL or other controls have no place in one. Nothing of such an answer
+    // is kept, the good token beside it included.
+    let has_control = |token: &SecretString| token.expose().chars().any(char::is_control);
+    if has_control(&access) || refresh.as_ref().is_some_and(has_control) {
+        return Err(OAuthError::Unusable("a token contains control characters"));
+    }
     if need_refresh && refresh.is_none() {
         return Err(OAuthError::Unusable("no refresh_token string"));
     }

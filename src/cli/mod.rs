@@ -199,7 +199,8 @@ pub fn help_text() -> String {
          \x20 --platform-url URL        platform base URL\n\
          \x20 --session-id ID           legacy direct session instead of control mode\n\
          \x20 --ca-file PATH            extra PEM trust anchors for TLS\n\
-         \x20 --tls-pin-sha256 HEX,...  pin the server's SPKI SHA-256 digest(s)\n\
+         \x20 --tls-pin-sha256 HEX,...  pin the server's SPKI SHA-256 digest(s); an empty\n\
+         \x20                           value is unset and keeps a pin set in config.toml\n\
          \x20 --log-level LEVEL         DEBUG, INFO (default), WARNING, ERROR or CRITICAL\n\
          \x20 -h, --help                show this help and exit\n\
          \x20 --version                 show the version and exit\n\

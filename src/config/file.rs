@@ -76,7 +76,9 @@ pub(crate) fn read(
 
 /// Opens `path` for reading only if it is a regular file (following
 /// symlinks). Opening does not block on a FIFO, and a FIFO or device is
-/// refused instead of read: a configuration or id file is never a stream.
+/// refused instead of read: a configuration, id or CA file is never a
+/// stream. The check is on the opened descriptor, so a file swapped after
+/// it cannot slip through.
 pub(crate) fn open_regular_file(path: &Path) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);

@@ -185,18 +185,27 @@ impl Layers {
 
     /// The winning raw value of `key`, or `None` when only the default is
     /// left. This is the only place that knows the order of the sources.
-    fn lookup(&self, key: &'static str) -> Option<(Raw<'_>, Source)> {
-        if let Some((_, value, source)) = self.flags.iter().find(|(k, _, _)| *k == key) {
-            return Some((Raw::Text(value), source.clone()));
-        }
-        if let Some((path, table)) = &self.file {
-            if let Some(value) = table.get(key) {
-                return Some((Raw::Toml(value), Source::File(path.clone())));
-            }
-        }
-        self.env
-            .get(key)
-            .map(|(name, value)| (Raw::Text(value), Source::Env(name.clone())))
+    /// With `skip_empty`, an empty value counts as not set and the next
+    /// source decides.
+    fn lookup(&self, key: &'static str, skip_empty: bool) -> Option<(Raw<'_>, Source)> {
+        let counts = |raw: &Raw<'_>| !skip_empty || !raw.is_empty();
+        let flag = self
+            .flags
+            .iter()
+            .filter(|(k, _, _)| *k == key)
+            .map(|(_, value, source)| (Raw::Text(value), source.clone()))
+            .find(|(raw, _)| counts(raw));
+        let file = || {
+            let (path, table) = self.file.as_ref()?;
+            let raw = Raw::Toml(table.get(key)?);
+            counts(&raw).then(|| (raw, Source::File(path.clone())))
+        };
+        let env = || {
+            let (name, value) = self.env.get(key)?;
+            let raw = Raw::Text(value);
+            counts(&raw).then(|| (raw, Source::Env(name.clone())))
+        };
+        flag.or_else(file).or_else(env)
     }
 
     /// Looks `key` up and converts the winner; `default` when no source sets it.
@@ -207,7 +216,19 @@ impl Layers {
         expected: &'static str,
         convert: impl Fn(Raw<'_>) -> Result<T, Bad>,
     ) -> Result<Setting<T>, ConfigError> {
-        let Some((raw, source)) = self.lookup(key) else {
+        self.convert(key, self.lookup(key, false), default, expected, convert)
+    }
+
+    /// Converts what [`Layers::lookup`] found for `key`.
+    fn convert<T>(
+        &self,
+        key: &'static str,
+        found: Option<(Raw<'_>, Source)>,
+        default: T,
+        expected: &'static str,
+        convert: impl Fn(Raw<'_>) -> Result<T, Bad>,
+    ) -> Result<Setting<T>, ConfigError> {
+        let Some((raw, source)) = found else {
             return Ok(Setting {
                 value: default,
                 source: Source::Default,
@@ -241,7 +262,25 @@ impl Layers {
         &self,
         key: &'static str,
     ) -> Result<Setting<Option<String>>, ConfigError> {
-        let setting = self.get(key, None, "a string", |raw| match raw {
+        self.some_string(key, self.lookup(key, false))
+    }
+
+    /// A "string or unset" key where an empty value in any source means
+    /// "not set here", so the next source decides: an empty flag can never
+    /// discard what a lower source sets (a pin, say).
+    pub fn nonempty_string(
+        &self,
+        key: &'static str,
+    ) -> Result<Setting<Option<String>>, ConfigError> {
+        self.some_string(key, self.lookup(key, true))
+    }
+
+    fn some_string(
+        &self,
+        key: &'static str,
+        found: Option<(Raw<'_>, Source)>,
+    ) -> Result<Setting<Option<String>>, ConfigError> {
+        let setting = self.convert(key, found, None, "a string", |raw| match raw {
             Raw::Text(t) => text(t).map(|s| Some(s.to_owned())),
             Raw::Toml(Value::String(s)) => Ok(Some(s.clone())),
             Raw::Toml(_) => Err(Bad::Type),
@@ -309,6 +348,17 @@ impl Layers {
             }
             Raw::Toml(v) => strings(v),
         })
+    }
+}
+
+impl Raw<'_> {
+    /// An empty text or an empty TOML string.
+    fn is_empty(&self) -> bool {
+        match self {
+            Raw::Text(t) => t.is_empty(),
+            Raw::Toml(Value::String(s)) => s.is_empty(),
+            Raw::Toml(_) => false,
+        }
     }
 }
 

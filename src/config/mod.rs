@@ -30,6 +30,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use env::Environment;
 pub use error::{ConfigError, ConfigWarning, Source};
+pub(crate) use file::open_regular_file;
 pub use layers::Overrides;
 pub use machine_id::{
     MachineIdSources, detect as detect_machine_id, format_linux_machine_id, linux_machine_id,
@@ -57,6 +58,7 @@ pub const REDIRECT_PORT_COUNT: u16 = 12;
 /// Upper bound for the reconnect delays: anything longer than a day is a
 /// typo, and bounded values convert to `Duration` without overflow.
 pub const MAX_RECONNECT_SECONDS: f64 = 86_400.0;
+pub use crate::protocol::backpressure::MIN_RECONNECT_SECONDS;
 /// Longest `display_name`, in chars.
 pub const MAX_DISPLAY_NAME_CHARS: usize = 128;
 
@@ -123,9 +125,9 @@ pub struct Settings {
     pub max_file_size_bytes: u64,
     /// `max_commands_per_minute` (> 0).
     pub max_commands_per_minute: u32,
-    /// `reconnect_base_delay`, seconds (finite, 0–86400).
+    /// `reconnect_base_delay`, seconds (finite, 0.05–86400).
     pub reconnect_base_delay: f64,
-    /// `reconnect_max_delay`, seconds (finite, 0–86400).
+    /// `reconnect_max_delay`, seconds (finite, 0.05–86400).
     pub reconnect_max_delay: f64,
     /// `reconnect_jitter_seconds` (finite, 0–86400).
     pub reconnect_jitter_seconds: f64,
@@ -412,7 +414,9 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         Some(setting) => Some(resolve("tls_ca_file", &setting)?),
         None => None,
     };
-    let pins = layers.optional_string("tls_pin_sha256")?;
+    // An empty value never means "no pin": it leaves the pin to the next
+    // source (`--tls-pin-sha256 ""` keeps the one in config.toml).
+    let pins = layers.nonempty_string("tls_pin_sha256")?;
     let tls_pin_sha256 = match &pins.value {
         Some(text) => {
             parse_pins(text).map_err(|reason| invalid("tls_pin_sha256", &pins, reason))?
@@ -452,9 +456,11 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         command_timeout_seconds: positive(&layers, "command_timeout_seconds", 30)?,
         max_file_size_bytes: positive(&layers, "max_file_size_bytes", 10 * 1024 * 1024)?,
         max_commands_per_minute: positive(&layers, "max_commands_per_minute", 60)?,
-        reconnect_base_delay: seconds(&layers, "reconnect_base_delay", 1.0)?,
-        reconnect_max_delay: seconds(&layers, "reconnect_max_delay", 60.0)?,
-        reconnect_jitter_seconds: seconds(&layers, "reconnect_jitter_seconds", 5.0)?,
+        // The floor keeps a platform that drops every connection from
+        // causing a reconnect storm; the jitter only adds to it.
+        reconnect_base_delay: seconds(&layers, "reconnect_base_delay", 1.0, MIN_RECONNECT_SECONDS)?,
+        reconnect_max_delay: seconds(&layers, "reconnect_max_delay", 60.0, MIN_RECONNECT_SECONDS)?,
+        reconnect_jitter_seconds: seconds(&layers, "reconnect_jitter_seconds", 5.0, 0.0)?,
         ollama_url: ollama_url.value.trim_end_matches('/').to_owned(),
         max_screenshots_per_minute: positive(&layers, "max_screenshots_per_minute", 10)?,
         enable_clipboard: layers.bool("enable_clipboard", false)?.value,
@@ -585,14 +591,16 @@ fn positive<T: TryFrom<i64>>(
     T::try_from(setting.value).map_err(|_| invalid(key, &setting, "is too large"))
 }
 
-/// A delay in seconds: finite, 0 to [`MAX_RECONNECT_SECONDS`].
-fn seconds(layers: &Layers, key: &'static str, default: f64) -> Result<f64, ConfigError> {
+/// A number of seconds: finite, `min` to [`MAX_RECONNECT_SECONDS`]. A
+/// smaller value is refused, not raised, so the operator learns that it
+/// does not do what it says.
+fn seconds(layers: &Layers, key: &'static str, default: f64, min: f64) -> Result<f64, ConfigError> {
     let setting = layers.float(key, default)?;
-    if !setting.value.is_finite() || !(0.0..=MAX_RECONNECT_SECONDS).contains(&setting.value) {
+    if !setting.value.is_finite() || !(min..=MAX_RECONNECT_SECONDS).contains(&setting.value) {
         return Err(invalid(
             key,
             &setting,
-            "must be a number of seconds from 0 to 86400",
+            format!("must be a number of seconds from {min} to {MAX_RECONNECT_SECONDS}"),
         ));
     }
     Ok(setting.value)

@@ -34,6 +34,11 @@ impl Counters {
     }
 }
 
+/// The shortest reconnection delay, in seconds: with it a platform that
+/// drops every connection at once gets at most 20 reconnects (and their
+/// audit records) a second. The configuration refuses anything shorter.
+pub const MIN_RECONNECT_SECONDS: f64 = 0.05;
+
 /// Reconnection delay settings (config `reconnect_*`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
@@ -57,10 +62,11 @@ impl Default for Backoff {
 
 impl Backoff {
     /// `min(base × 2^attempt, max_delay) + jitter × unit`, where `unit` is a
-    /// uniform sample from `[0, 1)` supplied by the caller.
+    /// uniform sample from `[0, 1)` supplied by the caller; never less than
+    /// [`MIN_RECONNECT_SECONDS`], whatever the settings.
     pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
         let exponential = self.base * 2f64.powi(attempt.min(1024) as i32);
-        let capped = exponential.min(self.max_delay).max(0.0);
+        let capped = exponential.min(self.max_delay).max(MIN_RECONNECT_SECONDS);
         let jitter = self.jitter.max(0.0) * unit.clamp(0.0, 1.0);
         Duration::try_from_secs_f64(capped + jitter).unwrap_or(Duration::from_secs(3600))
     }

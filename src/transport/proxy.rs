@@ -83,7 +83,8 @@ pub enum ProxyResponseProblem {
     TooLarge,
     /// The status line or a header line is malformed.
     Malformed,
-    /// Bytes followed the head before anything was sent through the tunnel.
+    /// Bytes followed a `200` head before anything was sent through the
+    /// tunnel.
     DataAfterResponse,
 }
 
@@ -396,9 +397,14 @@ pub(crate) fn open_tunnel<S: Read + Write>(
         .and_then(|()| stream.flush())
         .map_err(proxy_io)?;
 
-    let head = read_head(stream)?;
+    let (head, more) = read_head(stream)?;
     match parse_connect_response(&head).map_err(TransportError::ProxyResponse)? {
+        // Bytes after a 200 would be taken for the server's: refused.
+        200 if more => Err(TransportError::ProxyResponse(
+            ProxyResponseProblem::DataAfterResponse,
+        )),
         200 => Ok(()),
+        // A refusal commonly carries a page; its status is what matters.
         status => Err(TransportError::ProxyRefused { status }),
     }
 }
@@ -415,9 +421,10 @@ fn proxy_io(source: io::Error) -> TransportError {
     }
 }
 
-/// Reads up to and including the blank line that ends the response head.
-/// Nothing may follow it: the server speaks only after our ClientHello.
-fn read_head<S: Read>(stream: &mut S) -> Result<Vec<u8>, TransportError> {
+/// Reads up to and including the blank line that ends the response head,
+/// and whether more bytes arrived with it (a refusal's page, or data that
+/// must not precede our ClientHello on a tunnel).
+fn read_head<S: Read>(stream: &mut S) -> Result<(Vec<u8>, bool), TransportError> {
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
@@ -435,12 +442,9 @@ fn read_head<S: Read>(stream: &mut S) -> Result<Vec<u8>, TransportError> {
         head.extend_from_slice(&chunk[..n]);
         if let Some(at) = find_blank_line(&head[search_from..]) {
             let end = search_from + at + 4;
-            if end != head.len() {
-                return Err(TransportError::ProxyResponse(
-                    ProxyResponseProblem::DataAfterResponse,
-                ));
-            }
-            return Ok(head);
+            let more = end != head.len();
+            head.truncate(end);
+            return Ok((head, more));
         }
         if head.len() > MAX_PROXY_RESPONSE_BYTES {
             return Err(TransportError::ProxyResponse(
@@ -800,6 +804,15 @@ mod tests {
             TransportError::ProxyRefused { status: 407 }
         ));
         assert!(error.is_transient());
+        let (result, _) = tunnel(
+            b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\n\r\n<html>denied</html>",
+            "proxy:1",
+            name("h"),
+        );
+        assert!(matches!(
+            result,
+            Err(TransportError::ProxyRefused { status: 403 })
+        ));
     }
 
     #[test]

@@ -11,7 +11,6 @@
 //! through a [`ClientConnection`] by this module except the handshake itself.
 
 use std::fmt;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
@@ -31,6 +30,7 @@ use super::der;
 use super::error::{CaFileProblem, Stage, TransportError};
 use super::stream::Paced;
 use super::url::Host;
+use crate::config::open_regular_file;
 
 /// Largest `--ca-file` read (a full public root bundle is about 250 KiB).
 pub const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -39,14 +39,16 @@ pub const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
 const TLS_SEND_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// The certificates of the PEM file `path`; unreadable, oversized, malformed
-/// or certificate-less files are configuration errors.
+/// or certificate-less files, and anything but a regular file, are
+/// configuration errors.
 pub fn load_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TransportError> {
     let ca_error = |problem| TransportError::CaFile {
         path: path.to_owned(),
         problem,
     };
     let mut bytes = Vec::new();
-    File::open(path)
+    // A FIFO or device would block start-up or never end: regular files only.
+    open_regular_file(path)
         .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|e| ca_error(CaFileProblem::Unreadable(e)))?;
     if bytes.len() as u64 > MAX_CA_FILE_BYTES {
