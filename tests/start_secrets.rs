@@ -78,7 +78,11 @@ fn starts_and_connects(home: &Home, adjust: impl FnOnce(&mut std::process::Comma
     adjust(&mut command);
     let mut shim = Shim::spawn(command);
     let conn = emulator.accept(WAIT);
-    assert!(conn.is_some(), "the shim did not connect\n{}", shim.output());
+    assert!(
+        conn.is_some(),
+        "the shim did not connect\n{}",
+        shim.output()
+    );
     shim.signal(Signal::TERM);
     assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
 }

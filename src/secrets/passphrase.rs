@@ -62,7 +62,11 @@ pub(crate) fn resolve(env: &Environment) -> Result<Option<Passphrase>, SecretErr
     }
     if let Some(dir) = env.get_non_empty(CREDENTIALS_DIRECTORY) {
         let path = Path::new(dir).join(Passphrase::CREDENTIAL);
-        match load(&path, Owner::UserOrRoot, PassphraseOrigin::Credential(path.clone())) {
+        match load(
+            &path,
+            Owner::UserOrRoot,
+            PassphraseOrigin::Credential(path.clone()),
+        ) {
             // A unit without this credential still has the directory.
             Err(PassphraseFileProblem::Missing) => {}
             loaded => {

@@ -108,11 +108,9 @@ impl fmt::Display for PassphraseOrigin {
                 super::error::shown(path),
                 Passphrase::FILE_VARIABLE
             ),
-            PassphraseOrigin::Credential(path) => write!(
-                f,
-                "the systemd credential {}",
-                super::error::shown(path)
-            ),
+            PassphraseOrigin::Credential(path) => {
+                write!(f, "the systemd credential {}", super::error::shown(path))
+            }
         }
     }
 }
