@@ -8,6 +8,7 @@
 
 mod start_support;
 
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use rustix::process::Signal;
@@ -93,4 +94,32 @@ fn killing_the_spawner_from_a_command_is_audited_contained_and_recovered() {
 fn without_a_cgroup_the_daemon_reaps_and_kills_what_the_dead_spawner_left() {
     let record = spawner_killed_by_a_command(true);
     assert_eq!(record["details"]["containment"], "subreaper", "{record}");
+}
+
+#[test]
+fn status_says_how_the_commands_would_be_contained() {
+    let home = Home::new();
+    let status = |command: &mut std::process::Command| {
+        let out = command.output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("Command containment: "))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned()
+    };
+    let line = status(&mut home.command(&["status"]));
+    assert!(
+        line.starts_with("a cgroup v2 of their own below /")
+            && line.ends_with(" and the daemon as their subreaper"),
+        "{line}"
+    );
+    give_to_nobody(home.path());
+    let mut command = home.command(&["status"]);
+    command.uid(NOBODY).gid(NOBODY);
+    let line = status(&mut command);
+    assert!(
+        line.starts_with("the daemon as their subreaper only (no cgroup: "),
+        "{line}"
+    );
 }

@@ -521,7 +521,9 @@ fn spawner_death_hook(audit: &AuditLog, log: &Log) -> DeathHook {
         let new_pid = death
             .replacement
             .as_ref()
-            .map_or(serde_json::Value::Null, |pid| json!(pid.as_raw_nonzero().get()));
+            .map_or(serde_json::Value::Null, |pid| {
+                json!(pid.as_raw_nonzero().get())
+            });
         let entry = Entry {
             op: "SPAWNER_DIED".into(),
             request_id: None,

@@ -51,11 +51,11 @@ fn spawners() -> MutexGuard<'static, BTreeSet<i32>> {
 
 /// Runs `start` (which starts a spawner and returns its pid) with the
 /// registry held, and registers the pid.
-pub fn register_spawner<T>(start: impl FnOnce() -> io::Result<(T, Pid)>) -> io::Result<(T, Pid)> {
+pub fn register_spawner(start: impl FnOnce() -> io::Result<Pid>) -> io::Result<Pid> {
     let mut registry = spawners();
-    let (value, pid) = start()?;
+    let pid = start()?;
     registry.insert(pid.as_raw_nonzero().get());
-    Ok((value, pid))
+    Ok(pid)
 }
 
 /// Forgets a spawner that has been reaped.
@@ -436,7 +436,9 @@ mod tests {
         let unified = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate";
         assert_eq!(
             cgroup2_dir(unified, "/user.slice/app.slice/x.service"),
-            Some(PathBuf::from("/sys/fs/cgroup/user.slice/app.slice/x.service"))
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/user.slice/app.slice/x.service"
+            ))
         );
         // A mount of a subtree only holds the cgroups below its root.
         let subtree = r"30 23 0:26 /user.slice /mnt/my\040cg rw - cgroup2 cgroup2 rw";

@@ -240,6 +240,7 @@ impl Spawner {
         }
     }
 }
+
 impl Drop for Spawner {
     fn drop(&mut self) {
         let link = {
@@ -376,7 +377,17 @@ impl Link {
         };
         if let Err(e) = sent {
             lock(&self.routes).pending.remove(&id);
-            return Err(SpawnError::Other(e));
+            // A frame the spawner did not receive whole was never acted
+            // on: a broken socket means a spawner gone, try its successor.
+            let broken = matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            );
+            return Err(if broken {
+                SpawnError::Gone
+            } else {
+                SpawnError::Other(e)
+            });
         }
         match rx.recv_timeout(REPLY_TIMEOUT) {
             Ok(Ok(spawned)) => Ok(spawned),
@@ -411,13 +422,12 @@ fn launch(exe: &Path, containment: &Containment) -> io::Result<(Arc<Link>, Sende
         .stderr(Stdio::inherit());
     crate::sys::prepare_spawner_child(&mut command, theirs.as_fd())?;
     // `Child` does not wait on drop: the reader thread reaps the pid.
-    let ((), pid) = contain::register_spawner(|| {
+    let pid = contain::register_spawner(|| {
         let child = command.spawn()?;
-        let pid = i32::try_from(child.id())
+        i32::try_from(child.id())
             .ok()
             .and_then(Pid::from_raw)
-            .ok_or_else(|| io::Error::other("the command spawner has no valid pid"))?;
-        Ok(((), pid))
+            .ok_or_else(|| io::Error::other("the command spawner has no valid pid"))
     })?;
     drop(theirs);
     // Before the hello: until it has one the spawner starts nothing.
