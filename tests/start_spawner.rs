@@ -30,8 +30,9 @@ fn call(conn: &autogpt_shim_emulator::Conn, payload: Value) -> Value {
 }
 
 /// Kills the spawner from a command (optionally as [`NOBODY`]) and checks
-/// everything the issue asks for; returns the `SPAWNER_DIED` record.
-fn spawner_killed_by_a_command(as_nobody: bool) -> Value {
+/// that it is contained, audited and replaced; returns the `SPAWNER_DIED`
+/// record and the cgroup v2 path a later command runs in.
+fn spawner_killed_by_a_command(as_nobody: bool) -> (Value, String) {
     let home = Home::new();
     let emulator = plain_emulator();
     let (mut shim, conn) = shell_session(&home, &emulator, as_nobody);
@@ -61,6 +62,8 @@ fn spawner_killed_by_a_command(as_nobody: bool) -> Value {
     assert_eq!(next["type"], "COMMAND_RESULT", "{next}");
     assert_eq!(next["payload"]["stdout"], "again\n", "{next}");
     assert_eq!(next["payload"]["exit_code"], 0, "{next}");
+    let cgroup = call(&conn, json!({"command": "sed -n 's/^0:://p' /proc/self/cgroup"}));
+    let cgroup = cgroup["payload"]["stdout"].as_str().unwrap().trim().to_owned();
 
     assert!(
         eventually(Duration::from_secs(5), || matches!(
@@ -81,19 +84,23 @@ fn spawner_killed_by_a_command(as_nobody: bool) -> Value {
     assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
     let (code, text) = home.verify();
     assert_eq!(code, 0, "{text}");
-    record
+    (record, cgroup)
 }
 
 #[test]
 fn killing_the_spawner_from_a_command_is_audited_contained_and_recovered() {
-    let record = spawner_killed_by_a_command(false);
+    let (record, cgroup) = spawner_killed_by_a_command(false);
     assert_eq!(record["details"]["containment"], "cgroup", "{record}");
+    // The replacement and its commands are in the commands' own cgroup.
+    let name = cgroup.rsplit('/').next().unwrap_or_default();
+    assert!(name.starts_with("autogpt-shim-"), "{cgroup}");
 }
 
 #[test]
 fn without_a_cgroup_the_daemon_reaps_and_kills_what_the_dead_spawner_left() {
-    let record = spawner_killed_by_a_command(true);
+    let (record, cgroup) = spawner_killed_by_a_command(true);
     assert_eq!(record["details"]["containment"], "subreaper", "{record}");
+    assert!(!cgroup.contains("autogpt-shim-"), "{cgroup}");
 }
 
 #[test]
