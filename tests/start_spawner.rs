@@ -62,8 +62,15 @@ fn spawner_killed_by_a_command(as_nobody: bool) -> (Value, String) {
     assert_eq!(next["type"], "COMMAND_RESULT", "{next}");
     assert_eq!(next["payload"]["stdout"], "again\n", "{next}");
     assert_eq!(next["payload"]["exit_code"], 0, "{next}");
-    let cgroup = call(&conn, json!({"command": "sed -n 's/^0:://p' /proc/self/cgroup"}));
-    let cgroup = cgroup["payload"]["stdout"].as_str().unwrap().trim().to_owned();
+    let cgroup = call(
+        &conn,
+        json!({"command": "sed -n 's/^0:://p' /proc/self/cgroup"}),
+    );
+    let cgroup = cgroup["payload"]["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
 
     assert!(
         eventually(Duration::from_secs(5), || matches!(

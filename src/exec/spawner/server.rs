@@ -1,6 +1,7 @@
 //! The spawner process (EXEC.md §11 L2, L3, L5b): a small copy of the shim,
-//! started once per daemon in a hidden mode, that forks every command,
-//! reaps it, and kills every command and descendant when the shim goes away.
+//! started by the daemon in a hidden mode (again if it dies), that forks
+//! every command, reaps it, and kills every command and descendant when the
+//! shim goes away.
 //!
 //! Why a separate process: forking copies the parent's page tables, so a
 //! shim holding large buffers would pay milliseconds per command (the
@@ -15,6 +16,11 @@
 //! sends SIGKILL to whatever is left, and exits. It never runs anything the
 //! socket did not ask for, never outlives the sweep, and ignores SIGINT and
 //! SIGTERM so a terminal or service stop reaches it only through the shim.
+//!
+//! Like every shim process it is non-dumpable (set at the binary's entry,
+//! before this mode is chosen), so the commands it starts cannot read its
+//! memory; the daemon runs it inside the commands' cgroup when there is
+//! one, and replaces it if it dies.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
