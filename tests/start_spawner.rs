@@ -22,6 +22,20 @@ fn process_state(pid: i32) -> Option<char> {
     rest.trim_start().chars().next()
 }
 
+/// Kills a process the test started when the test ends, whatever the
+/// outcome, so a failure leaves nothing running.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
+            if matches!(process_state(self.0), Some(s) if s != 'Z') {
+                let _ = rustix::process::kill_process(pid, Signal::KILL);
+            }
+        }
+    }
+}
+
 /// Sends a request and returns its terminal response.
 fn call(conn: &autogpt_shim_emulator::Conn, payload: Value) -> Value {
     let id = conn.request("EXECUTE_COMMAND", payload).unwrap();
@@ -57,6 +71,7 @@ fn spawner_killed_by_a_command(as_nobody: bool) -> (Value, String) {
     };
     let spawner = read_pid("spawner.pid");
     let background = read_pid("bg.pid");
+    let _leftover = KillOnDrop(background);
 
     let next = call(&conn, json!({"command": "echo again"}));
     assert_eq!(next["type"], "COMMAND_RESULT", "{next}");
