@@ -3,8 +3,10 @@
 //! and waiting for one of them (`audit tail`, later `start`), so that a
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
 //! default action of killing the process; the pre-exec hook that puts a
-//! command in its own session and working directory (EXEC.md §6); and the
-//! inode-generation query that folder identities use (CONTROL.md §6).
+//! command in its own session and working directory (EXEC.md §6); the
+//! inode-generation query that folder identities use (CONTROL.md §6); and
+//! taking a secret variable out of the process environment, including the
+//! initial environment block the kernel shows in `/proc/<pid>/environ`.
 //!
 //! This is the one module allowed `unsafe` (CLI.md §4.2 hardening note:
 //! SIGTERM is what service managers send). Every block carries a `SAFETY`
@@ -259,6 +261,68 @@ fn cloexec_from(first: libc::c_uint) {
             libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
         );
     }
+}
+
+unsafe extern "C" {
+    /// The C library's environment: a null-terminated array of pointers to
+    /// `NAME=value` strings.
+    static environ: *const *mut libc::c_char;
+}
+
+/// Takes the variable `name` out of the process: returns the value of its
+/// first occurrence (the one `getenv` sees), overwrites the value bytes of
+/// every occurrence with zeros in place, then removes the variable.
+///
+/// Overwriting comes first because removing only drops the pointer: the
+/// characters would stay in the initial environment block at the top of
+/// the stack, which `/proc/<pid>/environ` shows to anyone allowed to read
+/// it. The value is copied into a zeroizing buffer only.
+///
+/// Must be called while the process has a single thread (nothing else may
+/// read or change the environment meanwhile), before anything has called
+/// `putenv` with a string in read-only memory (std only ever calls
+/// `setenv`, which copies). The binary's entry calls it first thing.
+pub fn take_env_var(name: &str) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+    use zeroize::Zeroize;
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return None;
+    }
+    let key = name.as_bytes();
+    let mut value: Option<zeroize::Zeroizing<Vec<u8>>> = None;
+    // SAFETY: reading the pointer itself; the caller guarantees no other
+    // thread changes the environment concurrently.
+    let mut entry = unsafe { environ };
+    while !entry.is_null() {
+        // SAFETY: `entry` points into the null-terminated `environ` array:
+        // it started at its first element and only advances past elements
+        // that were not the terminating null.
+        let string = unsafe { *entry };
+        if string.is_null() {
+            break;
+        }
+        // SAFETY: every element of `environ` is a NUL-terminated string.
+        let len = unsafe { libc::strlen(string) };
+        // SAFETY: `string` is valid for `len` bytes. They are writable:
+        // each string is either in the kernel's initial block on the stack
+        // or a heap copy made by `setenv` (the caller excludes `putenv` of
+        // read-only memory), and no other thread uses them meanwhile.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(string.cast::<u8>(), len) };
+        if bytes.len() > key.len() && bytes.starts_with(key) && bytes[key.len()] == b'=' {
+            let secret = &mut bytes[key.len() + 1..];
+            if value.is_none() {
+                value = Some(zeroize::Zeroizing::new(secret.to_vec()));
+            }
+            secret.zeroize();
+        }
+        // SAFETY: the current element was not the terminator, so the next
+        // one is still inside the array.
+        entry = unsafe { entry.add(1) };
+    }
+    // SAFETY: the caller guarantees the process has one thread, so no
+    // other thread reads or writes the environment during the call; the
+    // name is neither empty nor contains `=` or NUL.
+    unsafe { std::env::remove_var(name) };
+    value
 }
 
 /// The inode generation number of the open file `fd` (`FS_IOC_GETVERSION`),

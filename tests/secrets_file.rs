@@ -403,7 +403,7 @@ fn wrong_passphrase_never_overwrites() {
     let wrong = fx.store("not the passphrase");
     for error in try_every_write(&wrong) {
         assert!(
-            matches!(&error, SecretError::Undecryptable { path } if *path == fx.file()),
+            matches!(&error, SecretError::Undecryptable { path, .. } if *path == fx.file()),
             "{error:?}"
         );
         assert_eq!(error.class(), ErrorClass::Config);

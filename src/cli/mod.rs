@@ -45,6 +45,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The process entry point: real arguments, real stdout and stderr.
 pub fn main() -> ExitCode {
+    protect_process();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     // The hidden spawner mode (CLI.md §1.2) needs the socket its parent
     // passes on descriptor 3; without it the argument is just an unknown
@@ -57,6 +58,20 @@ pub fn main() -> ExitCode {
     // thread that logs (the daemon's signal and worker threads) for good.
     let code = run(args, &mut io::stdout(), &mut io::stderr());
     ExitCode::from(code)
+}
+
+/// Done first, while the process has one thread and holds no secret: no
+/// process of the same user may read this one's memory or environment
+/// through `/proc` or attach to it with ptrace (core dumps are off too),
+/// and the passphrase leaves the environment. Every mode is covered —
+/// the daemon, its spawner (the same binary) and the commands that hold
+/// tokens or the audit key. The setting does not survive `exec`, so the
+/// commands the spawner starts are ordinary processes again.
+fn protect_process() {
+    // Cannot fail on Linux for this argument.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    crate::secrets::passphrase::take_from_process();
 }
 
 /// Runs the command line `args` (without the program name) and returns the

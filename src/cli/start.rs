@@ -35,6 +35,7 @@ use crate::daemon::pool::{Pool, WORKERS};
 use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
+use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
 use crate::jail::roots;
 use crate::jail::{Jail, JailOptions};
@@ -341,9 +342,15 @@ impl Running {
             stop,
         } = parts;
         let spawner = std::env::current_exe()
-            .and_then(|exe| Spawner::start(&exe))
+            .and_then(|exe| Spawner::start_watched(&exe, Some(spawner_death_hook(&audit, log))))
             .map(Arc::new)
             .map_err(|e| format!("cannot start the command spawner: {e}"))?;
+        let containment = format!("command containment: {}", spawner.containment());
+        if spawner.containment().mechanism() == Mechanism::Uncontained {
+            log.warn("exec", containment);
+        } else {
+            log.info("exec", containment);
+        }
         let pool = Pool::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;
@@ -487,6 +494,56 @@ impl Running {
         }
         outcome
     }
+}
+
+/// Audits and logs an unexpected death of the command spawner (EXEC.md
+/// §11 as amended): `SPAWNER_DIED` with the dead spawner's pid, how many
+/// commands were killed with it, what contained them and the pid of its
+/// replacement (null when none could be started); its exit status is the
+/// record's `exit_code`.
+fn spawner_death_hook(audit: &AuditLog, log: &Log) -> DeathHook {
+    let audit = audit.clone();
+    let log = log.clone();
+    Box::new(move |death: &Death| {
+        let replaced = match &death.replacement {
+            Ok(pid) => format!("a new spawner {pid} runs", pid = pid.as_raw_nonzero()),
+            Err(why) => format!("no new spawner could be started ({why})"),
+        };
+        log.warn(
+            "exec",
+            format!(
+                "the command spawner {} died (status {}); its {} running command(s) and everything they started were killed; {replaced}",
+                death.pid.as_raw_nonzero(),
+                death.exit_code,
+                death.commands,
+            ),
+        );
+        let new_pid = death
+            .replacement
+            .as_ref()
+            .map_or(serde_json::Value::Null, |pid| {
+                json!(pid.as_raw_nonzero().get())
+            });
+        let entry = Entry {
+            op: "SPAWNER_DIED".into(),
+            request_id: None,
+            details: Details::new()
+                .with("pid", json!(death.pid.as_raw_nonzero().get()))
+                .with("commands_killed", json!(death.commands))
+                .with("containment", json!(death.mechanism.as_str()))
+                .with("new_pid", new_pid),
+            result: RecordOutcome {
+                ok: false,
+                exit_code: Some(death.exit_code),
+                duration_ms: 0,
+                error_code: None,
+            },
+            session_id: None,
+        };
+        // A failed write has already marked the log unhealthy: the
+        // runtime stops on it (AUDIT.md §8.3).
+        let _ = audit.write(entry);
+    })
 }
 
 /// Step 9: the last record and the exit status (CLI.md §4.2).

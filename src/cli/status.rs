@@ -1,6 +1,6 @@
 //! `status` (CLI.md §4.3): what is configured, where the tokens are kept
-//! and whether they are there, whether a daemon runs, and the autostart
-//! entry. Always exit 0 once the configuration loads.
+//! and whether they are there, whether a daemon runs, how its commands
+//! would be contained, and the autostart entry. Always exit 0 once the configuration loads.
 //!
 //! It reports presence only: it never prints a token, the audit key or the
 //! passphrase, and it never creates a key, a token or a file.
@@ -42,6 +42,11 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         ),
     }
     say!(stdout, "{}", tokens_line(&config));
+    say!(
+        stdout,
+        "Command containment: {}",
+        crate::exec::spawner::Containment::probe()
+    );
 
     say!(stdout, "");
     match config.host.platform {

@@ -18,7 +18,11 @@ const PREFIX: &str = "AUTOGPT_SHIM_";
 
 /// `AUTOGPT_SHIM_*` variables that are read elsewhere and are not
 /// configuration keys (upper-case suffixes). Not warned about.
-const NON_KEY_VARIABLES: &[&str] = &["KEYCHAIN_PASSPHRASE", "FALLBACK_DIR"];
+const NON_KEY_VARIABLES: &[&str] = &[
+    "KEYCHAIN_PASSPHRASE",
+    "KEYCHAIN_PASSPHRASE_FILE",
+    "FALLBACK_DIR",
+];
 
 /// Alternative spellings of configuration keys (upper-case suffix → key).
 /// `AUTOGPT_SHIM_CA_FILE` is the documented name of `tls_ca_file`

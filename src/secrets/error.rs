@@ -14,7 +14,7 @@ use super::audit_key::{KeyLocation, KeyProblem};
 use super::container::{FormatProblem, PlaintextProblem};
 use super::keychain::{Account, KeychainError, KeychainErrorKind};
 use super::legacy::LegacyProblem;
-use super::secret::Passphrase;
+use super::secret::{Passphrase, PassphraseOrigin};
 
 /// How the CLI turns a [`SecretError`] into an exit code (CLI.md §3, AUTH.md
 /// §8, AUDIT.md §11.6). This is data; the mapping lives in the CLI:
@@ -35,6 +35,31 @@ pub enum ErrorClass {
     Unavailable,
     /// A bug in this program.
     Internal,
+}
+
+/// Why a passphrase file cannot be used.
+#[derive(Debug)]
+pub enum PassphraseFileProblem {
+    /// It does not exist.
+    Missing,
+    /// It is a directory, FIFO, device or socket.
+    NotRegular,
+    /// Another user owns it.
+    NotOwned {
+        /// Its owner.
+        uid: u32,
+    },
+    /// It grants access to group or others.
+    Accessible {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// It is larger than any passphrase.
+    TooLarge,
+    /// It holds nothing (after the one trailing line break).
+    Empty,
+    /// Opening or reading it failed.
+    Io(io::Error),
 }
 
 /// A file-system object the store checks.
@@ -111,6 +136,14 @@ pub enum SecretError {
         /// Why the keychain probe failed.
         keychain: String,
     },
+    /// The passphrase file (`AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE`) or the
+    /// systemd credential cannot be used. Nothing was read from it.
+    PassphraseFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: PassphraseFileProblem,
+    },
     /// A keychain operation failed after the keychain had been selected
     /// (the store is never switched mid-process).
     Keychain {
@@ -173,6 +206,8 @@ pub enum SecretError {
     Undecryptable {
         /// The file.
         path: PathBuf,
+        /// Where the passphrase came from.
+        passphrase: PassphraseOrigin,
     },
     /// `tokens.enc` decrypts, but the plaintext is not the expected JSON
     /// object (or has another version). It is left untouched.
@@ -244,6 +279,7 @@ impl SecretError {
             | SecretError::LegacyKeyCheckFailed { .. }
             | SecretError::Randomness => ErrorClass::Unavailable,
             SecretError::NoPassphrase { .. }
+            | SecretError::PassphraseFile { .. }
             | SecretError::InsecurePermissions { .. }
             | SecretError::NotRegular { .. }
             | SecretError::CorruptFile { .. }
@@ -264,10 +300,32 @@ impl fmt::Display for SecretError {
         match self {
             SecretError::NoPassphrase { keychain } => write!(
                 f,
-                "no usable secret store: the OS keychain is unavailable ({keychain}) and {} is not set; \
-                 set it to the passphrase of the encrypted file store, or make the keychain available",
+                "no usable secret store: the OS keychain is unavailable ({keychain}) and no passphrase \
+                 is given; set {} to a private file holding the passphrase of the encrypted file store \
+                 (or pass it as the systemd credential {}, or set {}), or make the keychain available",
+                Passphrase::FILE_VARIABLE,
+                Passphrase::CREDENTIAL,
                 Passphrase::VARIABLE
             ),
+            SecretError::PassphraseFile { path, problem } => {
+                write!(f, "cannot use the passphrase file {}: ", shown(path))?;
+                match problem {
+                    PassphraseFileProblem::Missing => f.write_str("it does not exist"),
+                    PassphraseFileProblem::NotRegular => f.write_str("it is not a regular file"),
+                    PassphraseFileProblem::NotOwned { uid } => write!(
+                        f,
+                        "it is owned by uid {uid}, not by the user running the shim"
+                    ),
+                    PassphraseFileProblem::Accessible { mode } => write!(
+                        f,
+                        "it is accessible by group or others (mode {mode:04o}); fix it with: chmod 600 {}",
+                        shown(path)
+                    ),
+                    PassphraseFileProblem::TooLarge => f.write_str("it is larger than 64 KiB"),
+                    PassphraseFileProblem::Empty => f.write_str("it is empty"),
+                    PassphraseFileProblem::Io(e) => write!(f, "{e}"),
+                }
+            }
             SecretError::Keychain { account, op, error } => {
                 write!(f, "could not {op} the keychain entry {account}: {error}")
             }
@@ -312,12 +370,11 @@ impl fmt::Display for SecretError {
                 "{} is damaged ({problem}); it was left untouched",
                 shown(path)
             ),
-            SecretError::Undecryptable { path } => write!(
+            SecretError::Undecryptable { path, passphrase } => write!(
                 f,
-                "cannot decrypt {}: the passphrase in {} is wrong or the file is damaged; \
+                "cannot decrypt {}: the passphrase from {passphrase} is wrong or the file is damaged; \
                  the file was left untouched",
                 shown(path),
-                Passphrase::VARIABLE
             ),
             SecretError::BadPlaintext { path, problem } => write!(
                 f,
@@ -350,9 +407,8 @@ impl fmt::Display for SecretError {
             SecretError::LegacyKeyMismatch { path } => write!(
                 f,
                 "the audit key recovered from the legacy file {} does not match the last record of \
-                 the audit log (most likely {} is not the passphrase it was written with); nothing was imported",
+                 the audit log (most likely the passphrase is not the one it was written with); nothing was imported",
                 shown(path),
-                Passphrase::VARIABLE
             ),
             SecretError::LegacyKeyCheckFailed { path, reason } => write!(
                 f,

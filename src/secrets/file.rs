@@ -198,7 +198,10 @@ mod imp {
                         path: self.path(),
                         problem,
                     },
-                    OpenError::Authentication => SecretError::Undecryptable { path: self.path() },
+                    OpenError::Authentication => SecretError::Undecryptable {
+                        path: self.path(),
+                        passphrase: self.passphrase.origin().clone(),
+                    },
                 })?;
             Contents::from_json(&plaintext).map_err(|problem| SecretError::BadPlaintext {
                 path: self.path(),

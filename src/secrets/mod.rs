@@ -3,6 +3,8 @@
 //! in the passphrase-encrypted file `tokens.enc`.
 //!
 //! * `secret` — zeroizing holders: [`SecretString`], [`Passphrase`].
+//! * [`passphrase`] — where the passphrase comes from (file, systemd
+//!   credential, environment) and taking it out of the environment.
 //! * [`keychain`] — the OS keychain through the `keyring` crate.
 //! * [`container`] — the byte format of `tokens.enc` (sans-IO).
 //! * [`file`] — `tokens.enc` on disk: permissions, lock, atomic rewrite.
@@ -22,15 +24,16 @@ mod error;
 pub mod file;
 pub mod keychain;
 pub mod legacy;
+pub mod passphrase;
 mod secret;
 
 use std::path::PathBuf;
 
 pub use audit_key::{KeyCheck, KeyLocation, KeyOrigin, KeyProblem};
-pub use error::{ErrorClass, IoStep, KeychainOp, Node, SecretError};
+pub use error::{ErrorClass, IoStep, KeychainOp, Node, PassphraseFileProblem, SecretError};
 pub use file::TokenFile;
 pub use keychain::{Account, Keychain, KeychainError, KeychainErrorKind, KeychainUnusable};
-pub use secret::{Passphrase, SecretString};
+pub use secret::{Passphrase, PassphraseOrigin, SecretString};
 
 use crate::audit::AuditKey;
 use crate::config::{Environment, OsPaths};
@@ -88,7 +91,8 @@ pub struct Tokens {
 impl SecretStore {
     /// Probes the keychain (one read of `access_token`) and selects the
     /// store: the keychain when it answers, else `tokens.enc` with the
-    /// passphrase from `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE`.
+    /// passphrase from its file, the systemd credential or
+    /// `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE` ([`passphrase`]).
     pub fn select(paths: &OsPaths, env: &Environment) -> Result<Selected, SecretError> {
         SecretStore::select_with(Keychain::probe(), paths, env)
     }
@@ -106,8 +110,7 @@ impl SecretStore {
                 warning: None,
             }),
             Err(unusable) => {
-                let Some(passphrase) = Passphrase::from_os_str(env.get(Passphrase::VARIABLE))
-                else {
+                let Some(passphrase) = passphrase::resolve(env)? else {
                     return Err(SecretError::NoPassphrase {
                         keychain: unusable.reason,
                     });

@@ -1,5 +1,6 @@
 //! The in-memory forms of secrets: [`SecretString`] (tokens, the stored
-//! text of the audit key) and [`Passphrase`] (the file store's passphrase).
+//! text of the audit key) and [`Passphrase`] (the file store's passphrase,
+//! with the [`PassphraseOrigin`] it was read from).
 //!
 //! Both zero their heap buffer when dropped. Neither implements `Display`,
 //! and their `Debug` output shows only a length, so a secret cannot reach a
@@ -9,6 +10,7 @@
 
 use std::ffi::OsStr;
 use std::fmt;
+use std::path::PathBuf;
 
 use zeroize::Zeroizing;
 
@@ -72,27 +74,70 @@ impl fmt::Debug for SecretString {
     }
 }
 
-/// The passphrase of the encrypted-file store: the exact bytes of
-/// `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE` (AUTH.md §10.2), no trimming, no
-/// Unicode normalisation.
+/// The passphrase of the encrypted-file store: the exact bytes it was given
+/// as (AUTH.md §10.2), no trimming, no Unicode normalisation.
 ///
 /// Every key derivation works on a borrowed view; the bytes are zeroed when
 /// the value is dropped. A store that rewrites `tokens.enc` (a token refresh
 /// draws a fresh salt every time) must keep it for as long as it may write.
-pub struct Passphrase(Zeroizing<Vec<u8>>);
+pub struct Passphrase {
+    bytes: Zeroizing<Vec<u8>>,
+    origin: PassphraseOrigin,
+}
+
+/// Where a [`Passphrase`] was read from, for messages that tell the user
+/// which one is wrong. Never holds the passphrase itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PassphraseOrigin {
+    /// The environment variable [`Passphrase::VARIABLE`].
+    Variable,
+    /// The file named by [`Passphrase::FILE_VARIABLE`].
+    File(PathBuf),
+    /// The systemd credential [`Passphrase::CREDENTIAL`] in
+    /// `$CREDENTIALS_DIRECTORY`.
+    Credential(PathBuf),
+}
+
+impl fmt::Display for PassphraseOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PassphraseOrigin::Variable => f.write_str(Passphrase::VARIABLE),
+            PassphraseOrigin::File(path) => write!(
+                f,
+                "the passphrase file {} ({})",
+                super::error::shown(path),
+                Passphrase::FILE_VARIABLE
+            ),
+            PassphraseOrigin::Credential(path) => {
+                write!(f, "the systemd credential {}", super::error::shown(path))
+            }
+        }
+    }
+}
 
 impl Passphrase {
     /// The environment variable that carries the passphrase.
     pub const VARIABLE: &'static str = "AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE";
 
-    /// Wraps passphrase bytes; `None` when empty (an empty passphrase counts
-    /// as absent, AUTH.md §10.2).
+    /// The environment variable that names a file holding the passphrase.
+    pub const FILE_VARIABLE: &'static str = "AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE";
+
+    /// The name of the systemd credential holding the passphrase.
+    pub const CREDENTIAL: &'static str = "autogpt-shim-passphrase";
+
+    /// Wraps passphrase bytes from the environment variable; `None` when
+    /// empty (an empty passphrase counts as absent, AUTH.md §10.2).
     pub fn new(bytes: Vec<u8>) -> Option<Passphrase> {
-        let bytes = Zeroizing::new(bytes);
+        Passphrase::from_secret(Zeroizing::new(bytes), PassphraseOrigin::Variable)
+    }
+
+    /// Wraps bytes that are already in a zeroizing buffer, read from
+    /// `origin`; `None` when empty.
+    pub fn from_secret(bytes: Zeroizing<Vec<u8>>, origin: PassphraseOrigin) -> Option<Passphrase> {
         if bytes.is_empty() {
             return None;
         }
-        Some(Passphrase(bytes))
+        Some(Passphrase { bytes, origin })
     }
 
     /// The passphrase from an environment variable's value: its exact bytes
@@ -101,9 +146,14 @@ impl Passphrase {
         value.and_then(|v| Passphrase::new(v.as_encoded_bytes().to_vec()))
     }
 
+    /// Where it was read from.
+    pub fn origin(&self) -> &PassphraseOrigin {
+        &self.origin
+    }
+
     /// The bytes, for a key derivation.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 }
 

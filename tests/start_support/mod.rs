@@ -390,3 +390,46 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The unprivileged user (and group) tests run a daemon as when root's
+/// privileges would hide what they check: `nobody`.
+pub const NOBODY: u32 = 65534;
+
+/// Gives `path` and everything below it to [`NOBODY`].
+pub fn give_to_nobody(path: &Path) {
+    std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            give_to_nobody(&entry.unwrap().path());
+        }
+    }
+}
+
+/// A plain-WebSocket emulator (loopback) requiring the stored access
+/// token: a daemon running as [`NOBODY`] needs no file of the test's.
+pub fn plain_emulator() -> Emulator {
+    Emulator::start(EmulatorOptions::new().plain().expect_token(ACCESS)).unwrap()
+}
+
+/// `start --session-id SESSION --enable-shell` against `emulator`, as
+/// [`NOBODY`] (in a home given to that user) when `as_nobody`, connected
+/// with `files` and `shell` granted.
+pub fn shell_session(home: &Home, emulator: &Emulator, as_nobody: bool) -> (Shim, Conn) {
+    use std::os::unix::process::CommandExt;
+    let url = emulator.platform_url();
+    let mut command = home.command(&[
+        "--platform-url",
+        &url,
+        "start",
+        "--session-id",
+        SESSION,
+        "--enable-shell",
+    ]);
+    if as_nobody {
+        give_to_nobody(home.path());
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    let shim = Shim::spawn(command);
+    let (conn, _) = connect(emulator, HelloAck::new().grant(["files", "shell"]));
+    (shim, conn)
+}

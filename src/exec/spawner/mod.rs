@@ -1,18 +1,24 @@
-//! The shim's side of the spawner process ([`server`]): starts it once,
-//! asks it to start commands, and routes each command's exit status back
-//! to the thread supervising it.
+//! The shim's side of the spawner process ([`server`]): starts it, asks it
+//! to start commands, routes each command's exit status back to the thread
+//! supervising it, and replaces it when it dies.
 //!
 //! Commands are children of the spawner, not of the shim, so the shim
 //! never calls `wait` for them: their status arrives as an `Exited` frame.
 //! The shim still reads their output pipes and signals their process
-//! groups itself. If the spawner disappears, every pending request fails
-//! and every supervisor sees its status channel close; the spawner's own
-//! parent-death signal on commands has killed their leaders by then.
+//! groups itself. If the spawner disappears without being asked to
+//! (EXEC.md §11 as amended), every pending request fails, every supervisor
+//! sees its status channel close, and the shim at once kills the groups of
+//! the commands that were running, everything in the commands' cgroup and
+//! every orphan re-parented to it ([`contain`]), reports the death to the
+//! hook it was given (the daemon audits it) and starts a new spawner;
+//! requests made meanwhile wait for it.
 //!
 //! This module never passes the shim's environment or descriptors to the
 //! spawner beyond what one command needs (its directory and two pipe ends),
-//! and the socket is close-on-exec on the shim's side.
+//! and the socket is close-on-exec on the shim's side. It never retries a
+//! request the dead spawner may already have acted on.
 
+pub mod contain;
 pub mod server;
 pub mod wire;
 
@@ -20,16 +26,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
-use rustix::process::Pid;
+use rustix::process::{Pid, Signal, WaitOptions};
 
+pub use contain::{Containment, Mechanism};
 use wire::{Frame, WireError};
 
 /// The reserved first argument that selects the spawner mode of the
@@ -40,10 +47,14 @@ pub const MODE_ARG: &str = "__autogpt-shim-spawner__";
 /// The descriptor number on which the spawner finds its socket.
 pub const SOCKET_FD: i32 = 3;
 
-/// How long a spawn request may wait for its answer. Forking a small
-/// process takes well under a millisecond; a spawner that does not answer
-/// in this time is treated as gone.
+/// How long a spawn request may wait for its answer, or for a replacement
+/// spawner. Forking a small process takes well under a millisecond; a
+/// spawner that does not answer in this time is treated as gone.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long dropping the handle waits for the spawner's final sweep
+/// (SIGTERM, 2 s, SIGKILL and stragglers) and the containment's.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(9);
 
 /// A started command.
 #[derive(Debug)]
@@ -58,6 +69,24 @@ pub struct Spawned {
     pub exit: Receiver<i32>,
 }
 
+/// What the daemon is told when its spawner died without being asked to.
+#[derive(Debug, Clone)]
+pub struct Death {
+    /// The dead spawner's pid.
+    pub pid: Pid,
+    /// Its exit status: the code, −N for death by signal N, −1 unknown.
+    pub exit_code: i64,
+    /// How many commands were running on it (all killed).
+    pub commands: usize,
+    /// What contained the commands.
+    pub mechanism: Mechanism,
+    /// The new spawner's pid, or why none could be started.
+    pub replacement: Result<Pid, String>,
+}
+
+/// Called once per unexpected death, after the cleanup and the restart.
+pub type DeathHook = Box<dyn Fn(&Death) + Send + Sync>;
+
 type Reply = Result<Spawned, i32>;
 
 /// Routing state shared with the reader thread.
@@ -71,12 +100,24 @@ struct Routes {
     closed: bool,
 }
 
-struct Shared {
+/// One spawner process and its socket.
+struct Link {
     sock: OwnedFd,
+    pid: Pid,
     /// One frame at a time on the socket.
     send: Mutex<()>,
     routes: Mutex<Routes>,
     next_id: AtomicU64,
+    /// Signalled when the reader thread has cleaned up after the process.
+    finished: Receiver<()>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -85,84 +126,101 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The handle to a running spawner process. Dropping it shuts the spawner
-/// down cleanly (it still terminates anything left).
+/// Which spawner is current.
 #[derive(Debug)]
-pub struct Spawner {
-    shared: Arc<Shared>,
-    pid: Pid,
+struct Current {
+    link: Arc<Link>,
+    /// The current link died and a replacement is being started.
+    recovering: bool,
+    /// The handle is being dropped: nothing is restarted.
+    stopping: bool,
 }
 
-impl std::fmt::Debug for Shared {
+struct Inner {
+    exe: PathBuf,
+    containment: Containment,
+    current: Mutex<Current>,
+    changed: Condvar,
+    on_death: Option<DeathHook>,
+}
+
+impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").finish_non_exhaustive()
+        f.debug_struct("Inner")
+            .field("exe", &self.exe)
+            .finish_non_exhaustive()
     }
+}
+
+/// The handle to the daemon's spawner. Dropping it shuts the spawner down
+/// cleanly (it still terminates anything left) and waits for that.
+#[derive(Debug)]
+pub struct Spawner {
+    inner: Arc<Inner>,
+}
+
+/// Why a request did not reach a spawner.
+enum SpawnError {
+    /// The link was closed before the request was sent: safe to retry on
+    /// a replacement.
+    Gone,
+    /// Anything else, including a link that broke after the request went
+    /// out (the command may have started).
+    Other(io::Error),
 }
 
 impl Spawner {
     /// Starts the spawner by re-executing `exe` (the shim binary) in its
-    /// hidden mode, in a session of its own, and waits for its hello.
+    /// hidden mode, in a session of its own, and waits for its hello. Its
+    /// death is contained and it is replaced, without anyone being told.
     pub fn start(exe: &Path) -> io::Result<Spawner> {
-        let (ours, theirs) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
-        // Never descriptor 3 itself: the hook moves it there with dup2,
-        // which a same-number dup would turn into a no-op that keeps
-        // close-on-exec set.
-        let theirs = rustix::io::fcntl_dupfd_cloexec(&theirs, 10)?;
-        let mut command = Command::new(exe);
-        command
-            .arg(MODE_ARG)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        crate::sys::prepare_spawner_child(&mut command, theirs.as_fd())?;
-        let mut child = command.spawn()?;
-        drop(theirs);
-        // The spawner is this process's child: collect it whenever it ends
-        // so it never lingers as a zombie.
-        std::thread::Builder::new()
-            .name("spawner-reaper".into())
-            .spawn(move || {
-                let _ = child.wait();
-            })?;
-        wire::send(ours.as_fd(), &Frame::Hello(wire::MAGIC.to_vec()), &[])?;
-        let pid = match wire::recv(ours.as_fd()) {
-            Ok((Frame::Ready { pid }, _)) => Pid::from_raw(pid),
-            _ => None,
-        }
-        .ok_or_else(|| io::Error::other("the command spawner did not start"))?;
-        let shared = Arc::new(Shared {
-            sock: ours,
-            send: Mutex::new(()),
-            routes: Mutex::new(Routes::default()),
-            next_id: AtomicU64::new(1),
+        Spawner::start_watched(exe, None)
+    }
+
+    /// [`start`](Self::start), with `on_death` called after each
+    /// unexpected death has been contained and a replacement started.
+    pub fn start_watched(exe: &Path, on_death: Option<DeathHook>) -> io::Result<Spawner> {
+        let containment = Containment::set_up();
+        let (link, finished) = launch(exe, &containment)?;
+        let inner = Arc::new(Inner {
+            exe: exe.to_owned(),
+            containment,
+            current: Mutex::new(Current {
+                link: Arc::clone(&link),
+                recovering: false,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            on_death,
         });
-        let reader = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("spawner-reader".into())
-            .spawn(move || read_loop(&reader))?;
-        Ok(Spawner { shared, pid })
+        if let Err(e) = start_reader(link, finished, Arc::downgrade(&inner)) {
+            inner.abandon(&lock(&inner.current).link);
+            return Err(e);
+        }
+        Ok(Spawner { inner })
     }
 
-    /// The spawner's pid.
+    /// How the commands are contained.
+    pub fn containment(&self) -> &Containment {
+        &self.inner.containment
+    }
+
+    /// The current spawner's pid.
     pub fn pid(&self) -> Pid {
-        self.pid
+        lock(&self.inner.current).link.pid
     }
 
-    /// False once the spawner is gone; every later spawn fails.
+    /// False while no spawner runs (one that died is being replaced, or
+    /// could not be).
     pub fn is_alive(&self) -> bool {
-        !lock(&self.shared.routes).closed
+        !lock(&lock(&self.inner.current).link.routes).closed
     }
 
     /// Starts `argv` with exactly `env` in the directory `cwd`, stdout and
     /// stderr to the given write ends (which the shim no longer needs).
     /// Errors carry the `errno` of the failure (`ENOENT` for a missing
-    /// program).
+    /// program). While a dead spawner is being replaced, waits for the
+    /// replacement.
     pub fn spawn(
         &self,
         argv: &[OsString],
@@ -171,12 +229,140 @@ impl Spawner {
         stdout: OwnedFd,
         stderr: OwnedFd,
     ) -> io::Result<Spawned> {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            let link = self.inner.live_link(deadline)?;
+            match link.spawn(argv, env, [cwd, stdout.as_fd(), stderr.as_fd()]) {
+                Ok(spawned) => return Ok(spawned),
+                Err(SpawnError::Gone) => {}
+                Err(SpawnError::Other(e)) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        let link = {
+            let mut current = lock(&self.inner.current);
+            current.stopping = true;
+            Arc::clone(&current.link)
+        };
+        link.shut_down();
+        let _ = link.finished.recv_timeout(SHUTDOWN_WAIT);
+    }
+}
+
+impl Inner {
+    /// The current link once it is live, waiting while a replacement is
+    /// being started (until `deadline`).
+    fn live_link(&self, deadline: Instant) -> io::Result<Arc<Link>> {
+        let mut current = lock(&self.current);
+        loop {
+            if current.stopping {
+                return Err(gone());
+            }
+            if !lock(&current.link.routes).closed {
+                return Ok(Arc::clone(&current.link));
+            }
+            let now = Instant::now();
+            if !current.recovering || now >= deadline {
+                return Err(gone());
+            }
+            current = self
+                .changed
+                .wait_timeout(current, deadline - now)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Kills a spawner that cannot be used and everything it started.
+    fn abandon(&self, link: &Link) {
+        let _ = rustix::process::kill_process(link.pid, Signal::KILL);
+        let _ = reap(link.pid);
+        self.containment.kill_all();
+    }
+
+    /// After the link's reader saw its socket end: reaps the spawner, kills
+    /// what it was responsible for, and, unless the handle is being
+    /// dropped, starts a replacement and reports the death.
+    fn after_end(self: &Arc<Self>, link: &Arc<Link>, commands: usize) {
+        let stopping = lock(&self.current).stopping;
+        if !stopping {
+            // A spawner whose socket broke is of no use, dead or not.
+            let _ = rustix::process::kill_process(link.pid, Signal::KILL);
+        }
+        let exit_code = reap(link.pid);
+        self.containment.kill_all();
+        if stopping {
+            return;
+        }
+        let replacement = launch(&self.exe, &self.containment).and_then(|(new, finished)| {
+            let pid = new.pid;
+            match start_reader(Arc::clone(&new), finished, Arc::downgrade(self)) {
+                Ok(()) => Ok((new, pid)),
+                Err(e) => {
+                    self.abandon(&new);
+                    Err(e)
+                }
+            }
+        });
+        let replacement = {
+            let mut current = lock(&self.current);
+            current.recovering = false;
+            let replacement = match replacement {
+                // The handle was dropped meanwhile: nobody will use it.
+                Ok((new, _)) if current.stopping => {
+                    new.shut_down();
+                    Err("the shim is stopping".to_owned())
+                }
+                Ok((new, pid)) => {
+                    current.link = new;
+                    Ok(pid)
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            self.changed.notify_all();
+            replacement
+        };
+        if let Some(hook) = &self.on_death {
+            hook(&Death {
+                pid: link.pid,
+                exit_code,
+                commands,
+                mechanism: self.containment.mechanism(),
+                replacement,
+            });
+        }
+    }
+}
+
+impl Link {
+    /// Asks the spawner to end (it terminates whatever is left first).
+    fn shut_down(&self) {
+        {
+            let _guard = lock(&self.send);
+            let _ = wire::send(self.sock.as_fd(), &Frame::Shutdown, &[]);
+        }
+        // The reader thread holds the socket open; shutting it down ends
+        // the reader once the spawner closes its side.
+        let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Write);
+    }
+
+    /// Sends one spawn request and waits for its answer.
+    fn spawn(
+        &self,
+        argv: &[OsString],
+        env: &BTreeMap<OsString, OsString>,
+        fds: [BorrowedFd<'_>; 3],
+    ) -> Result<Spawned, SpawnError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = bounded(1);
         {
-            let mut routes = lock(&self.shared.routes);
+            let mut routes = lock(&self.routes);
             if routes.closed {
-                return Err(gone());
+                return Err(SpawnError::Gone);
             }
             routes.pending.insert(id, tx);
         }
@@ -186,36 +372,124 @@ impl Spawner {
             env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };
         let sent = {
-            let _guard = lock(&self.shared.send);
-            wire::send(
-                self.shared.sock.as_fd(),
-                &frame,
-                &[cwd, stdout.as_fd(), stderr.as_fd()],
-            )
+            let _guard = lock(&self.send);
+            wire::send(self.sock.as_fd(), &frame, &fds)
         };
-        drop((stdout, stderr));
         if let Err(e) = sent {
-            lock(&self.shared.routes).pending.remove(&id);
-            return Err(e);
+            lock(&self.routes).pending.remove(&id);
+            // A frame the spawner did not receive whole was never acted
+            // on: a broken socket means a spawner gone, try its successor.
+            let broken = matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            );
+            return Err(if broken {
+                SpawnError::Gone
+            } else {
+                SpawnError::Other(e)
+            });
         }
         match rx.recv_timeout(REPLY_TIMEOUT) {
             Ok(Ok(spawned)) => Ok(spawned),
-            Ok(Err(errno)) => Err(io::Error::from_raw_os_error(errno)),
+            Ok(Err(errno)) => Err(SpawnError::Other(io::Error::from_raw_os_error(errno))),
             Err(_) => {
-                lock(&self.shared.routes).pending.remove(&id);
-                Err(gone())
+                lock(&self.routes).pending.remove(&id);
+                Err(SpawnError::Other(gone()))
             }
         }
     }
 }
 
-impl Drop for Spawner {
-    fn drop(&mut self) {
-        let _guard = lock(&self.shared.send);
-        let _ = wire::send(self.shared.sock.as_fd(), &Frame::Shutdown, &[]);
-        // The reader thread holds the socket open; shutting it down ends
-        // the reader once the spawner closes its side.
-        let _ = rustix::net::shutdown(&self.shared.sock, rustix::net::Shutdown::Write);
+/// Starts one spawner process (in the commands' cgroup, if there is one)
+/// and waits for its hello. The second value is the reader's end signal.
+fn launch(exe: &Path, containment: &Containment) -> io::Result<(Arc<Link>, Sender<()>)> {
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // Never descriptor 3 itself: the hook moves it there with dup2,
+    // which a same-number dup would turn into a no-op that keeps
+    // close-on-exec set.
+    let theirs = rustix::io::fcntl_dupfd_cloexec(&theirs, 10)?;
+    let mut command = Command::new(exe);
+    command
+        .arg(MODE_ARG)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    crate::sys::prepare_spawner_child(&mut command, theirs.as_fd())?;
+    // `Child` does not wait on drop: the reader thread reaps the pid.
+    let pid = contain::register_spawner(|| {
+        let child = command.spawn()?;
+        i32::try_from(child.id())
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| io::Error::other("the command spawner has no valid pid"))
+    })?;
+    drop(theirs);
+    // Before the hello: until it has one the spawner starts nothing.
+    containment.adopt(pid);
+    let ready = wire::send(ours.as_fd(), &Frame::Hello(wire::MAGIC.to_vec()), &[])
+        .ok()
+        .and_then(|()| match wire::recv(ours.as_fd()) {
+            Ok((Frame::Ready { pid: said }, _)) => Some(said),
+            _ => None,
+        });
+    if ready != Some(pid.as_raw_nonzero().get()) {
+        let _ = rustix::process::kill_process(pid, Signal::KILL);
+        let _ = reap(pid);
+        return Err(io::Error::other("the command spawner did not start"));
+    }
+    let (done, finished) = bounded(1);
+    let link = Arc::new(Link {
+        sock: ours,
+        pid,
+        send: Mutex::new(()),
+        routes: Mutex::new(Routes::default()),
+        next_id: AtomicU64::new(1),
+        finished,
+    });
+    Ok((link, done))
+}
+
+/// Starts the thread that routes the link's answers and cleans up after
+/// its process.
+fn start_reader(link: Arc<Link>, done: Sender<()>, inner: Weak<Inner>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("spawner-reader".into())
+        .spawn(move || {
+            let commands = read_loop(&link, &inner);
+            if let Some(inner) = inner.upgrade() {
+                inner.after_end(&link, commands);
+            } else {
+                let _ = reap(link.pid);
+            }
+            let _ = done.send(());
+        })
+        .map(|_| ())
+}
+
+/// Waits for the spawner `pid` to end and collects it; returns its exit
+/// status in the wire form (−N for signal N, −1 when none was collected).
+fn reap(pid: Pid) -> i64 {
+    let status = loop {
+        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+            Ok(found) => break found.map(|(_, status)| status),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break None,
+        }
+    };
+    contain::unregister_spawner(pid);
+    match status {
+        Some(status) => match (status.exit_status(), status.terminating_signal()) {
+            (Some(code), _) => i64::from(code),
+            (None, Some(signal)) => -i64::from(signal),
+            (None, None) => -1,
+        },
+        None => -1,
     }
 }
 
@@ -227,11 +501,12 @@ fn gone() -> io::Error {
 }
 
 /// Routes the spawner's answers until its socket closes; then fails
-/// everything still waiting.
-fn read_loop(shared: &Shared) {
+/// everything still waiting and kills the groups of the commands still
+/// running. Returns how many there were.
+fn read_loop(link: &Link, inner: &Weak<Inner>) -> usize {
     loop {
-        let received = wire::recv(shared.sock.as_fd());
-        let mut routes = lock(&shared.routes);
+        let received = wire::recv(link.sock.as_fd());
+        let mut routes = lock(&link.routes);
         match received {
             Ok((Frame::Spawned { id, pid }, mut fds)) => {
                 let Some(pid) = Pid::from_raw(pid) else {
@@ -262,7 +537,13 @@ fn read_loop(shared: &Shared) {
             Ok(_) | Err(WireError::Closed | WireError::Io(_) | WireError::Malformed(_)) => break,
         }
     }
-    let mut routes = lock(&shared.routes);
+    // Marked before the routes close, so a request that finds them closed
+    // waits for the replacement instead of failing.
+    if let Some(inner) = inner.upgrade() {
+        let mut current = lock(&inner.current);
+        current.recovering = !current.stopping;
+    }
+    let mut routes = lock(&link.routes);
     routes.closed = true;
     routes.pending.clear();
     // The spawner is gone (killed, or it crashed) and cannot sweep: its
@@ -270,10 +551,12 @@ fn read_loop(shared: &Shared) {
     // still running are killed here so their members do not outlive it.
     for (&pid, _) in routes.exits.iter() {
         if let Some(pid) = Pid::from_raw(pid) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::kill_process_group(pid, Signal::KILL);
         }
     }
+    let commands = routes.exits.len();
     routes.exits.clear();
+    commands
 }
 
 /// Entry of the hidden spawner mode: `args` are the process arguments

@@ -1,6 +1,7 @@
 //! The spawner process (EXEC.md §11 L2, L3, L5b): a small copy of the shim,
-//! started once per daemon in a hidden mode, that forks every command,
-//! reaps it, and kills every command and descendant when the shim goes away.
+//! started by the daemon in a hidden mode (again if it dies), that forks
+//! every command, reaps it, and kills every command and descendant when the
+//! shim goes away.
 //!
 //! Why a separate process: forking copies the parent's page tables, so a
 //! shim holding large buffers would pay milliseconds per command (the
@@ -15,6 +16,11 @@
 //! sends SIGKILL to whatever is left, and exits. It never runs anything the
 //! socket did not ask for, never outlives the sweep, and ignores SIGINT and
 //! SIGTERM so a terminal or service stop reaches it only through the shim.
+//!
+//! Like every shim process it is non-dumpable (set at the binary's entry,
+//! before this mode is chosen), so the commands it starts cannot read its
+//! memory; the daemon runs it inside the commands' cgroup when there is
+//! one, and replaces it if it dies.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -26,6 +32,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
+use super::contain;
 use super::wire::{self, Frame, MAGIC};
 use crate::exec::run::{GRACE, group_gone};
 
@@ -272,6 +279,14 @@ fn start(argv: &[OsString], env: Vec<(OsString, OsString)>, fds: Vec<OwnedFd>) -
     Pid::from_raw(i32::try_from(child.id()).map_err(|_| einval)?).ok_or(einval)
 }
 
+/// The pids of this process's children, adopted orphans included.
+fn children_of_self() -> Vec<i32> {
+    contain::children_of_self()
+        .into_iter()
+        .map(|child| child.pid)
+        .collect()
+}
+
 fn signal_group(pgid: i32, signal: Signal) {
     if let Some(pid) = Pid::from_raw(pgid) {
         let _ = rustix::process::kill_process_group(pid, signal);
@@ -281,55 +296,5 @@ fn signal_group(pgid: i32, signal: Signal) {
 fn signal_pid(pid: i32, signal: Signal) {
     if let Some(pid) = Pid::from_raw(pid) {
         let _ = rustix::process::kill_process(pid, signal);
-    }
-}
-
-/// The pids whose parent is this process, read from `/proc` (every
-/// process's `stat`, so it works without `CONFIG_PROC_CHILDREN`). Zombies
-/// are included until reaped.
-pub fn children_of_self() -> Vec<i32> {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read(entry.path().join("stat")) else {
-            continue;
-        };
-        if stat_ppid(&stat) == Some(me) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// The parent pid in a `/proc/<pid>/stat` line. The command name may
-/// contain spaces and parentheses, so fields are counted after the last
-/// `)`.
-pub fn stat_ppid(stat: &[u8]) -> Option<i32> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let _state = fields.next()?;
-    fields.next()?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parent_pid_is_read_after_the_last_parenthesis() {
-        assert_eq!(stat_ppid(b"12 (a) b) c) S 34 12 12 0"), Some(34));
-        assert_eq!(stat_ppid(b"12 (sleep) S 1 12 12"), Some(1));
-        assert_eq!(stat_ppid(b"12 (sleep"), None);
     }
 }

@@ -1,0 +1,154 @@
+//! `autogpt-shim start` survives the death of its command spawner: a
+//! command that kills the spawner (`kill -KILL $PPID`) after starting a
+//! background process in a session of its own leaves nothing running, the
+//! death is audited, and the next command runs normally — with the commands
+//! in a cgroup of their own (as root here) and with the daemon as their
+//! subreaper only (as an unprivileged user, who cannot create one).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod start_support;
+
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use rustix::process::Signal;
+use serde_json::{Value, json};
+use start_support::*;
+
+/// The state letter of `/proc/<pid>/stat`; `None` once the process is gone.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.trim_start().chars().next()
+}
+
+/// Kills a process the test started when the test ends, whatever the
+/// outcome, so a failure leaves nothing running.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
+            if matches!(process_state(self.0), Some(s) if s != 'Z') {
+                let _ = rustix::process::kill_process(pid, Signal::KILL);
+            }
+        }
+    }
+}
+
+/// Sends a request and returns its terminal response.
+fn call(conn: &autogpt_shim_emulator::Conn, payload: Value) -> Value {
+    let id = conn.request("EXECUTE_COMMAND", payload).unwrap();
+    conn.wait_response(&id, WAIT)
+        .unwrap_or_else(|| panic!("no response to {id}"))
+}
+
+/// Kills the spawner from a command (optionally as [`NOBODY`]) and checks
+/// that it is contained, audited and replaced; returns the `SPAWNER_DIED`
+/// record and the cgroup v2 path a later command runs in.
+fn spawner_killed_by_a_command(as_nobody: bool) -> (Value, String) {
+    let home = Home::new();
+    let emulator = plain_emulator();
+    let (mut shim, conn) = shell_session(&home, &emulator, as_nobody);
+
+    let attack = "echo $PPID > spawner.pid; \
+         setsid sh -c 'echo $$ > bg.tmp && mv bg.tmp bg.pid; exec sleep 1000' \
+           </dev/null >/dev/null 2>&1 & \
+         while [ ! -s bg.pid ]; do sleep 0.02; done; \
+         kill -KILL $PPID; sleep 30";
+    let first = call(&conn, json!({"command": attack, "timeout_seconds": 20}));
+    // The command itself died with its spawner: answered, not hung.
+    assert!(
+        matches!(first["type"].as_str(), Some("COMMAND_RESULT" | "ERROR")),
+        "{first}"
+    );
+    let read_pid = |name: &str| -> i32 {
+        std::fs::read_to_string(home.root.join(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let spawner = read_pid("spawner.pid");
+    let background = read_pid("bg.pid");
+    let _leftover = KillOnDrop(background);
+
+    let next = call(&conn, json!({"command": "echo again"}));
+    assert_eq!(next["type"], "COMMAND_RESULT", "{next}");
+    assert_eq!(next["payload"]["stdout"], "again\n", "{next}");
+    assert_eq!(next["payload"]["exit_code"], 0, "{next}");
+    let cgroup = call(
+        &conn,
+        json!({"command": "sed -n 's/^0:://p' /proc/self/cgroup"}),
+    );
+    let cgroup = cgroup["payload"]["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    assert!(
+        eventually(Duration::from_secs(5), || matches!(
+            process_state(background),
+            None | Some('Z' | 'X')
+        )),
+        "the background process {background} of the dead spawner survived: {:?}",
+        process_state(background)
+    );
+
+    let record = home.wait_record("SPAWNER_DIED", WAIT);
+    assert_eq!(record["details"]["pid"], spawner, "{record}");
+    assert_eq!(record["result"]["ok"], false, "{record}");
+    assert_eq!(record["result"]["exit_code"], -9, "{record}");
+    assert!(record["details"]["new_pid"].is_i64(), "{record}");
+
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let (code, text) = home.verify();
+    assert_eq!(code, 0, "{text}");
+    (record, cgroup)
+}
+
+#[test]
+fn killing_the_spawner_from_a_command_is_audited_contained_and_recovered() {
+    let (record, cgroup) = spawner_killed_by_a_command(false);
+    assert_eq!(record["details"]["containment"], "cgroup", "{record}");
+    // The replacement and its commands are in the commands' own cgroup.
+    let name = cgroup.rsplit('/').next().unwrap_or_default();
+    assert!(name.starts_with("autogpt-shim-"), "{cgroup}");
+}
+
+#[test]
+fn without_a_cgroup_the_daemon_reaps_and_kills_what_the_dead_spawner_left() {
+    let (record, cgroup) = spawner_killed_by_a_command(true);
+    assert_eq!(record["details"]["containment"], "subreaper", "{record}");
+    assert!(!cgroup.contains("autogpt-shim-"), "{cgroup}");
+}
+
+#[test]
+fn status_says_how_the_commands_would_be_contained() {
+    let home = Home::new();
+    let status = |command: &mut std::process::Command| {
+        let out = command.output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("Command containment: "))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned()
+    };
+    let line = status(&mut home.command(&["status"]));
+    assert!(
+        line.starts_with("a cgroup v2 of their own below /")
+            && line.ends_with(" and the daemon as their subreaper"),
+        "{line}"
+    );
+    give_to_nobody(home.path());
+    let mut command = home.command(&["status"]);
+    command.uid(NOBODY).gid(NOBODY);
+    let line = status(&mut command);
+    assert!(
+        line.starts_with("the daemon as their subreaper only (no cgroup: "),
+        "{line}"
+    );
+}
