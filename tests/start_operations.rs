@@ -904,6 +904,57 @@ fn overload_refuses_the_eleventh_request_while_ping_still_answers() {
     stop(&home, shim);
 }
 
+// ---------------------------------------------------------------- ids
+
+/// A `PING` frame of exactly `len` bytes whose id fills what the envelope
+/// leaves.
+fn ping_of_length(len: usize) -> (String, String) {
+    let overhead = r#"{"type":"PING","id":"","ts":1}"#.len();
+    let id = "i".repeat(len - overhead);
+    let frame = format!(r#"{{"type":"PING","id":"{id}","ts":1}}"#);
+    assert_eq!(frame.len(), len);
+    (id, frame)
+}
+
+#[test]
+fn ping_with_an_id_over_the_bound_is_dropped_and_the_connection_keeps_answering() {
+    let home = Home::new();
+    let (shim, conn) = files_session(&home);
+    // The largest message the platform may send: its PONG would not fit.
+    let (huge, frame) = ping_of_length(16 * 1024 * 1024);
+    assert_eq!(huge.len(), 16_777_186);
+    conn.send_raw(RawMessage::Text(frame)).unwrap();
+    // Ids up to 1,024 bytes are usable; one byte more is not.
+    let longest = "l".repeat(1024);
+    conn.send(&json!({"type": "PING", "id": longest, "ts": 1.0}))
+        .unwrap();
+    let too_long = "t".repeat(1025);
+    conn.send(&json!({"type": "PING", "id": too_long, "ts": 1.0}))
+        .unwrap();
+    let pong = response_within(&conn, &longest, WAIT);
+    assert_eq!(pong["type"], "PONG", "{}", pong["type"]);
+
+    // Later requests run and are answered on the same connection.
+    let (id, ack) = call(
+        &conn,
+        "FILE_WRITE",
+        json!({"path": "after.txt", "content": "answered"}),
+    );
+    assert_eq!(ack["type"], "ACK", "{ack}");
+    ok_record(&home, &id, "FILE_WRITE");
+    assert_eq!(
+        std::fs::read(home.root.join("after.txt")).unwrap(),
+        b"answered"
+    );
+    let answered: Vec<usize> = frames_after_hello(&conn)
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().len())
+        .collect();
+    assert_eq!(answered, [1024, id.len()], "only usable ids are answered");
+    assert!(conn.ending().is_none(), "the connection must stay open");
+    stop(&home, shim);
+}
+
 // ------------------------------------------------------- malformed frames
 
 #[test]

@@ -8,12 +8,13 @@
 //! workers come from the daemon's pool. A response is queued only after its
 //! audit record is durable, and only on the connection its request came
 //! from: when the connection ends its channels close and late responses
-//! are discarded. This module never runs an operation the connection did
-//! not grant, never answers an invalid frame it cannot answer
-//! unambiguously, and never blocks the reader on a worker.
+//! are discarded. When the writer cannot send, the connection ends. This
+//! module never runs an operation the connection did not grant, never
+//! answers an invalid frame it cannot answer unambiguously, never reads on
+//! after its writer failed, and never blocks the reader on a worker.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded, select};
@@ -258,6 +259,8 @@ struct Shared {
     priority: Sender<Out>,
     leftovers: Mutex<Vec<Pid>>,
     audit_failed: AtomicBool,
+    /// Why the writer stopped sending, once it has.
+    send_failed: OnceLock<Ended>,
     connected_at: Instant,
     /// Requests handed to the pool and not yet finished.
     running: Mutex<u64>,
@@ -317,6 +320,7 @@ pub fn serve(
         priority,
         leftovers: Mutex::new(Vec::new()),
         audit_failed: AtomicBool::new(false),
+        send_failed: OnceLock::new(),
         connected_at: Instant::now(),
         running: Mutex::new(0),
         idle: std::sync::Condvar::new(),
@@ -381,20 +385,26 @@ fn read_loop(
         if !healthy(shared) {
             return End::AuditFailed;
         }
+        if let Some(failed) = shared.send_failed.get() {
+            return ended(failed.clone());
+        }
         // A stop, or an audit failure anywhere in the daemon, ends the
         // connection at once rather than at the platform's next frame
-        // (AUDIT.md §8.3 step 3).
+        // (AUDIT.md §8.3 step 3); so does a writer that can no longer send,
+        // or every request read from here on would run unanswered.
         let should_stop = || {
             stop.load(Ordering::SeqCst)
                 || shared.audit_failed.load(Ordering::SeqCst)
                 || !shared.setup.audit.is_healthy()
+                || shared.send_failed.get().is_some()
         };
         let bytes = match inbound.recv(&should_stop) {
+            Ok(_) if shared.send_failed.get().is_some() => continue,
             Ok(bytes) => bytes,
             Err(_) if stop.load(Ordering::SeqCst) => return End::Stopped,
             Err(_) if !healthy(shared) => return End::AuditFailed,
-            Err(Ended::Closed(code)) => return End::Closed(code),
-            Err(Ended::Failed(e)) => return End::Failed(e),
+            Err(_) if shared.send_failed.get().is_some() => continue,
+            Err(end) => return ended(end),
         };
         let frame = match protocol::decode(&bytes) {
             Ok(frame) => frame,
@@ -436,6 +446,13 @@ fn read_loop(
             _ => {}
         }
         admit(shared, pool, frame);
+    }
+}
+
+fn ended(end: Ended) -> End {
+    match end {
+        Ended::Closed(code) => End::Closed(code),
+        Ended::Failed(e) => End::Failed(e),
     }
 }
 
@@ -672,7 +689,10 @@ fn write_loop(
         };
         match item {
             Out::Frame(bytes) => {
-                if out.send(bytes).is_err() {
+                if let Err(failure) = out.send(bytes) {
+                    // The reader sees this and ends the connection (the
+                    // runtime then reconnects).
+                    let _ = shared.send_failed.set(failure);
                     return;
                 }
             }

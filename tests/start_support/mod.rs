@@ -381,3 +381,9 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Waits `within` for the response to `id`.
+pub fn response_within(conn: &Conn, id: &str, within: Duration) -> Value {
+    conn.wait_response(id, within)
+        .unwrap_or_else(|| panic!("no response to {id} within {within:?}"))
+}
