@@ -1,7 +1,8 @@
 //! Persistent machine control end to end (CONTROL.md), through the platform
 //! emulator and the real binary: browse, attach, activate, serve in the
 //! child, detach, restore; every error code of the area; reconnect
-//! invalidation; the child cap; isolation between chats.
+//! invalidation; the child cap; the machine-wide command limit; isolation
+//! between chats.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod start_support;

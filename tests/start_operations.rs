@@ -3,8 +3,10 @@
 //! File operations round trip to disk and to the audit log; the jail refuses
 //! escapes without touching anything outside the root; the shell switch is
 //! honoured; admission refuses what exceeds `max_concurrent` while PING
-//! still answers; malformed frames are answered or dropped as PROTOCOL.md
-//! §2.4 says; SIGTERM with commands in flight ends them and stops cleanly.
+//! still answers; the command limits refuse at once, count a command when
+//! it is admitted and never hold up file operations; malformed frames and
+//! ids over the length bound are answered or dropped as PROTOCOL.md §2.4
+//! says; SIGTERM with commands in flight ends them and stops cleanly.
 //! Every test also checks that the access token leaks nowhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
