@@ -11,7 +11,10 @@
 //!    median of several starts: it includes reading the token from the
 //!    encrypted-file store, whose key derivation is slow on purpose;
 //! 5. resident memory: `VmRSS` once connected and quiet, `VmHWM` after the
-//!    10 MiB round trips.
+//!    10 MiB round trips;
+//! 6. `FILE_STAT` and `PING` round trips while ten commands run (the
+//!    machine-wide command limit), against the same shim idle just before,
+//!    on a second shim with the shell on and 16 request slots.
 //!
 //! The baseline for 1 and 2 is a bare tungstenite client over rustls on
 //! loopback that answers each request with the shim's recorded response
@@ -27,7 +30,8 @@
 //! receive timestamps are exact.
 //!
 //! Run with `cargo bench --bench daemon` (`BENCH_RUNS` sets the number of
-//! `FILE_STAT` samples, default 200; the other counts scale with it).
+//! `FILE_STAT` samples, default 200; the other counts scale with it;
+//! `BENCH_ONLY=busy` runs 6 alone).
 
 // A benchmark whose setup fails has nothing to measure: stopping is right.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -63,6 +67,10 @@ use tungstenite::{Message, Utf8Bytes, WebSocket};
 const BIN: &str = env!("CARGO_BIN_EXE_autogpt-shim");
 const SESSION: &str = "bench-session";
 const MAX_CONCURRENT: usize = 10;
+/// Request slots of the shim of section 6: room for ten commands and more.
+const BUSY_SLOTS: usize = 16;
+/// The machine-wide command limit (EXEC.md §8.3).
+const COMMANDS: usize = 10;
 const WAIT: Duration = Duration::from_secs(60);
 /// PROTOCOL.md §1.4: the largest WebSocket message either way.
 const MAX_MESSAGE: usize = 16 << 20;
@@ -336,6 +344,18 @@ impl Home {
     /// Starts `autogpt-shim start` against `platform_url`; output goes to
     /// `shim.log` in the home.
     fn spawn(&self, platform_url: &str, ca_file: &Path) -> Child {
+        self.spawn_with(platform_url, ca_file, MAX_CONCURRENT, &[])
+    }
+
+    /// [`Home::spawn`] with `max_concurrent` slots and `extra` arguments
+    /// after `start`.
+    fn spawn_with(
+        &self,
+        platform_url: &str,
+        ca_file: &Path,
+        max_concurrent: usize,
+        extra: &[&str],
+    ) -> Child {
         let path = |rel: &str| self.path(rel).to_str().unwrap().to_owned();
         let log = File::create(self.path("shim.log")).unwrap();
         Command::new(BIN)
@@ -353,7 +373,7 @@ impl Home {
                     self.root.to_str().unwrap().into(),
                 ),
                 ("AUTOGPT_SHIM_AUDIT_LOG_PATH", path("state/audit.log")),
-                ("AUTOGPT_SHIM_MAX_CONCURRENT", MAX_CONCURRENT.to_string()),
+                ("AUTOGPT_SHIM_MAX_CONCURRENT", max_concurrent.to_string()),
                 ("AUTOGPT_SHIM_RECONNECT_BASE_DELAY", "0.05".to_owned()),
                 ("AUTOGPT_SHIM_RECONNECT_MAX_DELAY", "0.2".to_owned()),
                 ("AUTOGPT_SHIM_RECONNECT_JITTER_SECONDS", "0".to_owned()),
@@ -361,6 +381,7 @@ impl Home {
             .args(["--platform-url", platform_url, "--ca-file"])
             .arg(ca_file)
             .args(["start", "--session-id", SESSION])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -408,6 +429,17 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 /// Accepts the shim's connection and completes the handshake granting
 /// `files` with `max_concurrent` 10.
 fn handshake(listener: &TcpListener, pki: &Pki, home: &Home) -> ServerWs {
+    handshake_granting(listener, pki, home, &["files"], MAX_CONCURRENT)
+}
+
+/// [`handshake`] granting `granted` with `max_concurrent`.
+fn handshake_granting(
+    listener: &TcpListener,
+    pki: &Pki,
+    home: &Home,
+    granted: &[&str],
+    max_concurrent: usize,
+) -> ServerWs {
     let mut ws = accept(listener, pki, Some(&home.token));
     let (_, text) = next_text(&mut ws);
     let hello: Value = serde_json::from_str(&text).unwrap();
@@ -416,10 +448,10 @@ fn handshake(listener: &TcpListener, pki: &Pki, home: &Home) -> ServerWs {
         "session_id": SESSION,
         "connection_id": null,
         "protocol_version": "1.1",
-        "granted_capabilities": ["files"],
+        "granted_capabilities": granted,
         "max_file_size_bytes": 10_485_760,
         "command_timeout_seconds": 30,
-        "max_concurrent": MAX_CONCURRENT,
+        "max_concurrent": max_concurrent,
     });
     ws.send(Message::Text(frame(
         "HELLO_ACK",
@@ -518,6 +550,90 @@ fn pipelined(ws: &mut ServerWs, root: &str, duration: Duration) -> (f64, usize) 
     (done as f64 / started.elapsed().as_secs_f64(), statuses)
 }
 
+/// `runs` sequential round trips each of `FILE_STAT` on `root` and `PING`,
+/// alternating, in µs. Any frame but the answers and `STATUS` stops the
+/// benchmark (see [`exchange`]).
+fn stat_and_ping(ws: &mut ServerWs, root: &str, runs: usize, tag: &str) -> (Vec<f64>, Vec<f64>) {
+    let mut stats = Vec::with_capacity(runs);
+    let mut pings = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let id = format!("{tag}-stat-{i}");
+        let stat = frame(
+            "FILE_STAT",
+            &id,
+            json!({"path": root, "follow_symlinks": true}),
+        );
+        let (us, reply) = exchange(ws, &stat, &id);
+        assert_eq!(head(&reply).0, "FILE_STAT_RESPONSE", "{reply}");
+        stats.push(us);
+        let id = format!("{tag}-ping-{i}");
+        pings.push(exchange(ws, &frame("PING", &id, json!({})), &id).0);
+    }
+    (stats, pings)
+}
+
+/// Section 6: latency idle, then with [`COMMANDS`] commands running.
+fn busy(runs: usize, pki: &Pki, listener: &TcpListener) {
+    let home = Home::new(&pki.ca_pem);
+    let root = home.root.to_str().unwrap().to_owned();
+    let platform_url = format!("https://{}", listener.local_addr().unwrap());
+    let ca_file = home.path("ca.pem");
+    let mut child = home.spawn_with(&platform_url, &ca_file, BUSY_SLOTS, &["--enable-shell"]);
+    let mut ws = handshake_granting(listener, pki, &home, &["files", "shell"], BUSY_SLOTS);
+    exchange(&mut ws, &frame("PING", "ping-0", json!({})), "ping-0");
+    stat_and_ping(&mut ws, &root, (runs / 10).max(1), "warmup");
+    let (idle_stats, idle_pings) = stat_and_ping(&mut ws, &root, runs, "idle");
+
+    for n in 0..COMMANDS {
+        let command = format!("touch started-{n}; while [ ! -e release ]; do sleep 0.2; done");
+        let request = frame(
+            "EXECUTE_COMMAND",
+            &format!("command-{n}"),
+            json!({"command": command}),
+        );
+        ws.send(Message::Text(request)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    while !(0..COMMANDS).all(|n| home.root.join(format!("started-{n}")).exists()) {
+        assert!(Instant::now() < deadline, "the commands did not start");
+        thread::sleep(Duration::from_millis(10));
+    }
+    // A COMMAND_RESULT here would stop the run: the commands are still
+    // running when the last sample is taken.
+    let (busy_stats, busy_pings) = stat_and_ping(&mut ws, &root, runs, "busy");
+    std::fs::write(home.root.join("release"), b"").unwrap();
+    let mut finished = 0;
+    while finished < COMMANDS {
+        let (_, text) = next_text(&mut ws);
+        match head(&text).0.as_str() {
+            "COMMAND_RESULT" => finished += 1,
+            "STATUS" => {}
+            _ => panic!("unexpected frame: {text}"),
+        }
+    }
+
+    println!(
+        "round trips with {COMMANDS} commands running, against idle just before, {runs} each:"
+    );
+    for (label, idle, busy) in [
+        ("FILE_STAT", idle_stats, busy_stats),
+        ("PING", idle_pings, busy_pings),
+    ] {
+        let (i50, i99) = percentiles(idle);
+        let (b50, b99) = percentiles(busy);
+        println!(
+            "{label:<10} busy p50 {:>9} p99 {:>9} | idle p50 {:>9} p99 {:>9}",
+            time(b50),
+            time(b99),
+            time(i50),
+            time(i99)
+        );
+    }
+    sigterm(&child);
+    while ws.read().is_ok() {}
+    expect_clean_exit(&mut child, &home);
+}
+
 /// Spawn → HELLO received by the emulator, in ms, for `runs` starts.
 fn startup(runs: usize, home: &Home) -> Vec<f64> {
     let emulator =
@@ -559,6 +675,10 @@ fn main() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let platform_url = format!("https://{}", listener.local_addr().unwrap());
     println!("daemon: {BIN}");
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("busy") {
+        busy(runs, &pki, &listener);
+        return;
+    }
 
     let mut child = home.spawn(&platform_url, &home.path("ca.pem"));
     let pid = child.id();
@@ -673,4 +793,6 @@ fn main() {
         samples[0],
         samples[samples.len() - 1]
     );
+
+    busy(runs, &pki, &listener);
 }

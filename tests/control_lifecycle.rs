@@ -1,12 +1,14 @@
 //! Persistent machine control end to end (CONTROL.md), through the platform
 //! emulator and the real binary: browse, attach, activate, serve in the
 //! child, detach, restore; every error code of the area; reconnect
-//! invalidation; the child cap; isolation between chats.
+//! invalidation; the child cap; the machine-wide command limit; isolation
+//! between chats.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod start_support;
 
 use std::path::Path;
+use std::time::Duration;
 
 use autogpt_shim_emulator::{Conn, ConnKind, Emulator, Ending, HelloAck};
 use rustix::process::Signal;
@@ -553,6 +555,81 @@ fn two_chats_see_only_their_own_roots_and_audit_identities() {
             _ => {}
         }
     }
+}
+
+#[test]
+fn the_command_limit_is_machine_wide_and_file_operations_never_wait_behind_commands() {
+    let (home, home_path) = home_with_project();
+    for folder in ["second", "third"] {
+        std::fs::create_dir(home.path().join(folder)).unwrap();
+    }
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &["--enable-shell"]);
+    let (conn, _) = control(&emulator);
+    let mut children = Vec::new();
+    for (session, folder) in [
+        ("chat-a", "project"),
+        ("chat-b", "second"),
+        ("chat-c", "third"),
+    ] {
+        let (browse, reference) = reference_to(&conn, &home_path, folder);
+        assert_eq!(
+            attach(&conn, session, &browse, &reference)["type"],
+            "SESSION_ATTACHED"
+        );
+        let activated = call(
+            &conn,
+            "ACTIVATE_SESSION",
+            json!({"session_id": session, "revision": 1}),
+        );
+        assert_eq!(activated["type"], "SESSION_ACTIVATED", "{activated}");
+        let (data, _) = child(&emulator, session);
+        children.push((data, home_path.join(folder)));
+    }
+    // Ten commands across three chats, each chat with four request slots
+    // and the machine's work pool at four: all ten run at once.
+    let mut running = Vec::new();
+    for ((data, root), count) in children.iter().zip([4, 4, 2]) {
+        running.push(start_blocked_commands(data, root, count));
+    }
+    let (third, third_root) = &children[2];
+    let id = third
+        .request("EXECUTE_COMMAND", json!({"command": "touch eleventh"}))
+        .unwrap();
+    let refused = response_within(third, &id, Duration::from_secs(5));
+    assert_eq!(error_code(&refused), "SHIM_OVERLOADED");
+    assert_eq!(
+        refused["payload"]["message"], "Concurrent command limit exceeded.",
+        "{refused}"
+    );
+    let stat = third
+        .request("FILE_STAT", json!({"path": "started-0"}))
+        .unwrap();
+    let stat = response_within(third, &stat, Duration::from_secs(5));
+    assert_eq!(stat["type"], "FILE_STAT_RESPONSE", "{stat}");
+    let ping = children[0].0.ping().unwrap();
+    let pong = response_within(&children[0].0, &ping, Duration::from_secs(5));
+    assert_eq!(pong["type"], "PONG", "{pong}");
+    // All three answers came while the ten were still running.
+    for (data, root) in &children {
+        assert!(!root.join("release").exists());
+        assert!(
+            data.raw_frames()
+                .iter()
+                .all(|f| !f.text().unwrap_or_default().contains("COMMAND_RESULT")),
+            "a command finished before the release"
+        );
+    }
+    assert!(!third_root.join("eleventh").exists());
+
+    for ((data, root), ids) in children.iter().zip(&running) {
+        std::fs::write(root.join("release"), b"").unwrap();
+        for id in ids {
+            let result = response_within(data, id, WAIT);
+            assert_eq!(result["type"], "COMMAND_RESULT", "{result}");
+        }
+    }
+    stop(&mut shim, &home);
 }
 
 #[test]

@@ -410,6 +410,39 @@ fn disconnect_cancels_running_commands_without_a_result() {
     assert_eq!(last["result"]["error_code"], "INTERNAL_ERROR");
 }
 
+#[test]
+fn a_failed_write_ends_the_connection_without_waiting_for_the_platform() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (setup, _log, root, _) = setup(&base, &["files"], false, 4);
+    let (to_shim, rx) = unbounded();
+    let (tx, from_shim) = unbounded();
+    // Nothing can be sent: every write fails.
+    drop(from_shim);
+    let served = std::thread::spawn(move || {
+        let pool = Pool::new(WORKERS).unwrap();
+        session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
+    });
+    let ping = json!({"type": "PING", "id": "p", "ts": 1.0});
+    to_shim.send(Ok(ping.to_string().into_bytes())).unwrap();
+    // The platform's side stays open; the connection must end on its own.
+    let until = Instant::now() + Duration::from_secs(5);
+    while !served.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        served.is_finished(),
+        "a connection that cannot answer kept reading requests"
+    );
+    assert_eq!(served.join().unwrap(), End::Closed(None));
+    // What arrives afterwards is never run.
+    let write = json!({"type": "FILE_WRITE", "id": "w", "ts": 1.0,
+                       "payload": {"path": "late.txt", "content": "x"}});
+    let _ = to_shim.send(Ok(write.to_string().into_bytes()));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!root.join("late.txt").exists());
+}
+
 /// The whole stack over TLS: the transport connects to the emulator with
 /// its CA file, the session serves what the emulator asks.
 #[test]

@@ -3,7 +3,8 @@
 //! reply for an identifiable request.
 
 use autogpt_shim::protocol::{
-    self, DecodeError, ErrorCode, FieldProblem, Invalid, MAX_WEBSOCKET_MESSAGE_BYTES, MessageType,
+    self, DecodeError, ErrorCode, FieldProblem, Invalid, MAX_MESSAGE_ID_BYTES,
+    MAX_WEBSOCKET_MESSAGE_BYTES, MessageType,
 };
 
 fn reject(text: &str) -> DecodeError {
@@ -157,6 +158,27 @@ fn malformed_ids_are_dropped() {
     assert!(
         protocol::decode(br#"{"type":"FILE_STAT","id":"","ts":1,"payload":{"path":"a"}}"#).is_ok()
     );
+}
+
+#[test]
+fn ids_longer_than_the_bound_are_dropped_even_for_a_request() {
+    let frame =
+        |id: &str| format!(r#"{{"type":"FILE_STAT","id":"{id}","ts":1,"payload":{{"path":"a"}}}}"#);
+    let longest = "x".repeat(MAX_MESSAGE_ID_BYTES);
+    assert_eq!(MAX_MESSAGE_ID_BYTES, 1024);
+    assert!(protocol::decode(frame(&longest).as_bytes()).is_ok());
+    // Counted in bytes: 342 three-byte characters are 1,026 bytes.
+    for id in ["x".repeat(MAX_MESSAGE_ID_BYTES + 1), "€".repeat(342)] {
+        let e = reject(&frame(&id));
+        assert_eq!(e.invalid, Invalid::IdTooLong { len: id.len() });
+        assert_dropped(&e);
+    }
+    // Also when the rest of the request is invalid: there is no id to answer.
+    let e = reject(&format!(
+        r#"{{"type":"FILE_STAT","id":"{}","ts":1,"payload":{{}}}}"#,
+        "x".repeat(MAX_MESSAGE_ID_BYTES + 1)
+    ));
+    assert_dropped(&e);
 }
 
 #[test]

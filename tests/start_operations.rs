@@ -3,8 +3,10 @@
 //! File operations round trip to disk and to the audit log; the jail refuses
 //! escapes without touching anything outside the root; the shell switch is
 //! honoured; admission refuses what exceeds `max_concurrent` while PING
-//! still answers; malformed frames are answered or dropped as PROTOCOL.md
-//! §2.4 says; SIGTERM with commands in flight ends them and stops cleanly.
+//! still answers; the command limits refuse at once, count a command when
+//! it is admitted and never hold up file operations; malformed frames and
+//! ids over the length bound are answered or dropped as PROTOCOL.md §2.4
+//! says; SIGTERM with commands in flight ends them and stops cleanly.
 //! Every test also checks that the access token leaks nowhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -178,6 +180,11 @@ fn assert_outside_untouched(outside: &Path) {
     assert_eq!(names, ["canary.txt"], "something was created outside");
 }
 
+/// The `result` of a record of a request refused with `code` before it ran.
+fn refused_result(code: &str) -> Value {
+    json!({"ok": false, "exit_code": null, "duration_ms": 0, "error_code": code})
+}
+
 /// Sends each request, expects `PATH_OUTSIDE_ALLOWED_ROOT`, and checks
 /// that exactly these refusals were recorded, as `JAIL_VIOLATION`s with a
 /// null `request_id` and the path as sent.
@@ -204,8 +211,7 @@ fn assert_all_refused(home: &Home, conn: &Conn, requests: &[(&str, Value, &str)]
         );
         assert_eq!(
             record["result"],
-            json!({"ok": false, "exit_code": null, "duration_ms": 0,
-                   "error_code": "PATH_OUTSIDE_ALLOWED_ROOT"}),
+            refused_result("PATH_OUTSIDE_ALLOWED_ROOT"),
             "{record}"
         );
     }
@@ -815,35 +821,65 @@ fn shell_on_runs_a_command_returns_its_output_and_audits_it() {
 
 // -------------------------------------------------------------- overload
 
+/// A shim with the shell on and `max_concurrent` raised to `slots` both
+/// locally and in the ack; `env` adds settings.
+fn shell_session(home: &Home, slots: u32, env: &[(&str, &str)]) -> (Shim, Conn) {
+    let emulator = emulator();
+    let slots_text = slots.to_string();
+    let mut env = env.to_vec();
+    // The platform can only lower the local ceiling (default 4).
+    env.push(("AUTOGPT_SHIM_MAX_CONCURRENT", &slots_text));
+    let shim = Shim::start_with_env(home, &emulator, &env, &["--enable-shell"]);
+    let (conn, _) = connect(
+        &emulator,
+        HelloAck::new()
+            .grant(["files", "shell"])
+            .max_concurrent(i64::from(slots)),
+    );
+    (shim, conn)
+}
+
+/// True while no blocked command has been released or has finished.
+fn commands_still_blocked(home: &Home, conn: &Conn) -> bool {
+    !home.root.join("release").exists()
+        && frames_after_hello(conn)
+            .iter()
+            .all(|f| f["type"] != "COMMAND_RESULT")
+}
+
+/// Releases the blocked commands and checks each one's result and record.
+fn release_blocked_commands(home: &Home, conn: &Conn, ids: &[String]) {
+    std::fs::write(home.root.join("release"), b"").unwrap();
+    for id in ids {
+        let result = conn
+            .wait_response(id, WAIT)
+            .unwrap_or_else(|| panic!("no COMMAND_RESULT for {id}"));
+        assert_eq!(result["type"], "COMMAND_RESULT", "{result}");
+        assert_eq!(result["payload"]["exit_code"], 0, "{result}");
+        ok_record(home, id, "EXECUTE_COMMAND");
+    }
+}
+
+/// Checks the refusal of a command by a machine-wide command limit: the
+/// exact message, no details, and its record (EXECUTE_COMMAND, duration 0).
+fn assert_command_limit_refusal(home: &Home, id: &str, response: &Value, message: &str) {
+    let error = assert_error(response, "SHIM_OVERLOADED");
+    assert_eq!(error["message"], message, "{response}");
+    assert_eq!(error["details"], Value::Null, "{response}");
+    let record = record_of(home, id);
+    assert_eq!(record["op"], "EXECUTE_COMMAND", "{record}");
+    assert_eq!(
+        record["result"],
+        refused_result("SHIM_OVERLOADED"),
+        "{record}"
+    );
+}
+
 #[test]
 fn overload_refuses_the_eleventh_request_while_ping_still_answers() {
     let home = Home::new();
-    let emulator = emulator();
-    // The platform can only lower the local ceiling (default 4).
-    let shim = Shim::start_with_env(
-        &home,
-        &emulator,
-        &[("AUTOGPT_SHIM_MAX_CONCURRENT", "10")],
-        &["--enable-shell"],
-    );
-    let (conn, _) = connect(
-        &emulator,
-        HelloAck::new().grant(["files", "shell"]).max_concurrent(10),
-    );
-    let release = home.root.join("release");
-    let mut ids = Vec::new();
-    for n in 0..10 {
-        let command = format!("touch started-{n}; while [ ! -e release ]; do sleep 0.05; done");
-        ids.push(
-            conn.request("EXECUTE_COMMAND", json!({"command": command}))
-                .unwrap(),
-        );
-    }
-    assert!(
-        eventually(WAIT, || (0..10)
-            .all(|n| home.root.join(format!("started-{n}")).exists())),
-        "the ten commands did not all start"
-    );
+    let (shim, conn) = shell_session(&home, 10, &[]);
+    let ids = start_blocked_commands(&conn, &home.root, 10);
 
     let (id, overloaded) = call(
         &conn,
@@ -862,23 +898,12 @@ fn overload_refuses_the_eleventh_request_while_ping_still_answers() {
     assert_eq!(pong["type"], "PONG", "{pong}");
     assert_eq!(pong["pending_capacity"], Value::Null);
     // Both answers came while all ten were still blocked.
-    assert!(!release.exists());
     assert!(
-        frames_after_hello(&conn)
-            .iter()
-            .all(|f| f["type"] != "COMMAND_RESULT"),
+        commands_still_blocked(&home, &conn),
         "a command finished before the release"
     );
 
-    std::fs::write(&release, b"").unwrap();
-    for id in &ids {
-        let result = conn
-            .wait_response(id, WAIT)
-            .unwrap_or_else(|| panic!("no COMMAND_RESULT for {id}"));
-        assert_eq!(result["type"], "COMMAND_RESULT", "{result}");
-        assert_eq!(result["payload"]["exit_code"], 0, "{result}");
-        ok_record(&home, id, "EXECUTE_COMMAND");
-    }
+    release_blocked_commands(&home, &conn, &ids);
     assert!(!home.root.join("eleventh").exists());
     assert!(
         home.records()
@@ -892,6 +917,157 @@ fn overload_refuses_the_eleventh_request_while_ping_still_answers() {
         "no STATUS after a saturated connection drained"
     );
     assert_eq!(conn.statuses()[0]["payload"]["max_concurrent"], 10);
+    stop(&home, shim);
+}
+
+#[test]
+fn eleventh_concurrent_command_is_refused_at_once_with_a_large_request_pool() {
+    let home = Home::new();
+    let (shim, conn) = shell_session(&home, 16, &[]);
+    let ids = start_blocked_commands(&conn, &home.root, 10);
+
+    let id = conn
+        .request("EXECUTE_COMMAND", json!({"command": "touch eleventh"}))
+        .unwrap();
+    let refused = response_within(&conn, &id, Duration::from_secs(5));
+    assert!(
+        commands_still_blocked(&home, &conn),
+        "the refusal waited for a running command"
+    );
+    assert_command_limit_refusal(&home, &id, &refused, "Concurrent command limit exceeded.");
+    assert!(!home.root.join("eleventh").exists());
+
+    release_blocked_commands(&home, &conn, &ids);
+    // A slot freed by a finished command is usable again.
+    let (again, result) = call(&conn, "EXECUTE_COMMAND", json!({"command": "true"}));
+    assert_eq!(result["type"], "COMMAND_RESULT", "{result}");
+    ok_record(&home, &again, "EXECUTE_COMMAND");
+    stop(&home, shim);
+}
+
+#[test]
+fn rate_window_counts_a_command_when_it_is_admitted() {
+    let home = Home::new();
+    // Eleven a minute: the ten running ones and the refused eleventh use
+    // the whole window as soon as they are admitted.
+    let (shim, conn) = shell_session(&home, 16, &[("AUTOGPT_SHIM_MAX_COMMANDS_PER_MINUTE", "11")]);
+    let ids = start_blocked_commands(&conn, &home.root, 10);
+
+    let eleventh = conn
+        .request("EXECUTE_COMMAND", json!({"command": "true"}))
+        .unwrap();
+    let refused = response_within(&conn, &eleventh, Duration::from_secs(5));
+    assert_command_limit_refusal(
+        &home,
+        &eleventh,
+        &refused,
+        "Concurrent command limit exceeded.",
+    );
+    let twelfth = conn
+        .request("EXECUTE_COMMAND", json!({"command": "true"}))
+        .unwrap();
+    let limited = response_within(&conn, &twelfth, Duration::from_secs(5));
+    assert_command_limit_refusal(
+        &home,
+        &twelfth,
+        &limited,
+        "Command rate limit exceeded (11/minute).",
+    );
+    assert!(
+        commands_still_blocked(&home, &conn),
+        "a refusal waited for a running command"
+    );
+
+    release_blocked_commands(&home, &conn, &ids);
+    // Finished commands free their concurrency slot, not their rate slot.
+    let (_, still) = call(&conn, "EXECUTE_COMMAND", json!({"command": "true"}));
+    assert_eq!(
+        still["payload"]["message"], "Command rate limit exceeded (11/minute).",
+        "{still}"
+    );
+    stop(&home, shim);
+}
+
+#[test]
+fn file_stat_and_ping_are_answered_while_ten_commands_run() {
+    let home = Home::new();
+    let (shim, conn) = shell_session(&home, 16, &[]);
+    let ids = start_blocked_commands(&conn, &home.root, 10);
+
+    let stats: Vec<String> = (0..6)
+        .map(|_| {
+            conn.request("FILE_STAT", json!({"path": "started-0"}))
+                .unwrap()
+        })
+        .collect();
+    let ping = conn.ping().unwrap();
+    for id in &stats {
+        let stat = response_within(&conn, id, Duration::from_secs(5));
+        assert_eq!(stat["type"], "FILE_STAT_RESPONSE", "{stat}");
+        assert_eq!(stat["payload"]["is_file"], true, "{stat}");
+    }
+    let pong = response_within(&conn, &ping, Duration::from_secs(5));
+    assert_eq!(pong["type"], "PONG", "{pong}");
+    assert!(
+        commands_still_blocked(&home, &conn),
+        "the file operations waited for the commands"
+    );
+    for id in &stats {
+        ok_record(&home, id, "FILE_STAT");
+    }
+
+    release_blocked_commands(&home, &conn, &ids);
+    stop(&home, shim);
+}
+
+// ---------------------------------------------------------------- ids
+
+/// A `PING` frame of exactly `len` bytes whose id fills what the envelope
+/// leaves.
+fn ping_of_length(len: usize) -> (String, String) {
+    let overhead = r#"{"type":"PING","id":"","ts":1}"#.len();
+    let id = "i".repeat(len - overhead);
+    let frame = format!(r#"{{"type":"PING","id":"{id}","ts":1}}"#);
+    assert_eq!(frame.len(), len);
+    (id, frame)
+}
+
+#[test]
+fn ping_with_an_id_over_the_bound_is_dropped_and_the_connection_keeps_answering() {
+    let home = Home::new();
+    let (shim, conn) = files_session(&home);
+    // The largest message the platform may send: its PONG would not fit.
+    let (huge, frame) = ping_of_length(16 * 1024 * 1024);
+    assert_eq!(huge.len(), 16_777_186);
+    conn.send_raw(RawMessage::Text(frame)).unwrap();
+    // Ids up to 1,024 bytes are usable; one byte more is not.
+    let longest = "l".repeat(1024);
+    conn.send(&json!({"type": "PING", "id": longest, "ts": 1.0}))
+        .unwrap();
+    let too_long = "t".repeat(1025);
+    conn.send(&json!({"type": "PING", "id": too_long, "ts": 1.0}))
+        .unwrap();
+    let pong = response_within(&conn, &longest, WAIT);
+    assert_eq!(pong["type"], "PONG", "{}", pong["type"]);
+
+    // Later requests run and are answered on the same connection.
+    let (id, ack) = call(
+        &conn,
+        "FILE_WRITE",
+        json!({"path": "after.txt", "content": "answered"}),
+    );
+    assert_eq!(ack["type"], "ACK", "{ack}");
+    ok_record(&home, &id, "FILE_WRITE");
+    assert_eq!(
+        std::fs::read(home.root.join("after.txt")).unwrap(),
+        b"answered"
+    );
+    let answered: Vec<usize> = frames_after_hello(&conn)
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().len())
+        .collect();
+    assert_eq!(answered, [1024, id.len()], "only usable ids are answered");
+    assert!(conn.ending().is_none(), "the connection must stay open");
     stop(&home, shim);
 }
 

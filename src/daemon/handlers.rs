@@ -2,12 +2,13 @@
 //! gates becomes its single terminal reply and the audit entry that must be
 //! durable before the reply is sent (PROTOCOL.md §5.6, AUDIT.md §3).
 //!
-//! This module decides nothing about admission, capabilities or the
-//! connection kind (the dispatcher did that) and never writes a frame or a
-//! record itself. It re-checks the local shell switch, because no grant
-//! from the platform can turn on what the user left off (CAPABILITIES.md
-//! §1), and it applies the machine-wide command limits in the order
-//! EXEC.md §3 fixes.
+//! This module decides nothing about admission, capabilities, the
+//! connection kind or the machine-wide command limits (the dispatcher did
+//! that, the limits as the command was admitted, so that nothing waits for
+//! a command slot) and never writes a frame or a record itself. It
+//! re-checks the local shell switch, because no grant from the platform can
+//! turn on what the user left off (CAPABILITIES.md §1), and it answers a
+//! command in the order EXEC.md §3 fixes.
 
 use std::time::Instant;
 
@@ -24,9 +25,13 @@ use crate::protocol::{ErrorCode, ErrorPayload, Message, MessageType};
 /// whole run and released on drop.
 pub trait CommandGate: Sync {
     /// Takes a rate slot and a concurrency slot, or says which limit
-    /// refused (the exact wire message).
-    fn enter(&self) -> Result<Box<dyn Send>, String>;
+    /// refused (the exact wire message). Never waits.
+    fn enter(&self) -> CommandEntry;
 }
+
+/// What the command limits said when a command was admitted: the permit to
+/// hold while it runs, or the refusal's wire message.
+pub type CommandEntry = Result<Box<dyn Send>, String>;
 
 /// What one request needs.
 #[derive(Clone, Copy)]
@@ -37,8 +42,6 @@ pub struct Context<'a> {
     pub exec: ExecContext<'a>,
     /// The local `enable_shell` switch.
     pub shell_enabled: bool,
-    /// The machine-wide command limits.
-    pub commands: &'a dyn CommandGate,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -99,12 +102,15 @@ pub fn shell_disabled(granted: &[String]) -> Message {
 }
 
 /// Runs one data-plane request. `granted` is the connection's granted set
-/// (for the details of a local refusal).
+/// (for the details of a local refusal); `command` is what the command
+/// limits said when an `EXECUTE_COMMAND` was admitted (`None` when it never
+/// reached them, as with the shell off).
 pub fn handle(
     ctx: &Context<'_>,
     request_id: &str,
     message: &Message,
     granted: &[String],
+    command: Option<CommandEntry>,
 ) -> Handled {
     let started = Instant::now();
     let outcome = match message {
@@ -114,7 +120,9 @@ pub fn handle(
         Message::FileList(req) => files::list(&ctx.files, req),
         Message::FileDelete(req) => files::delete(&ctx.files, req),
         Message::FileMove(req) => files::move_entry(&ctx.files, req),
-        Message::ExecuteCommand(req) => return command(ctx, request_id, req, granted),
+        Message::ExecuteCommand(req) => {
+            return execute_command(ctx, request_id, req, granted, command);
+        }
         other => {
             // The dispatcher routes only the types above here; anything
             // else is a routing defect, answered rather than ignored.
@@ -164,11 +172,12 @@ pub fn handle(
 }
 
 /// `EXECUTE_COMMAND`, EXEC.md §3 steps 1–12.
-fn command(
+fn execute_command(
     ctx: &Context<'_>,
     request_id: &str,
     req: &crate::protocol::ExecuteCommand,
     granted: &[String],
+    entry: Option<CommandEntry>,
 ) -> Handled {
     // Step 1: no record.
     if !ctx.shell_enabled {
@@ -178,22 +187,25 @@ fn command(
             leftover_group: None,
         };
     }
-    // Steps 2–3: refused commands are recorded with duration 0.
-    let permit = match ctx.commands.enter() {
-        Ok(permit) => permit,
-        Err(message) => {
-            let refused = exec::refuse(
-                &ctx.exec,
-                req,
-                ExecError::new(ErrorCode::ShimOverloaded, message),
-            );
-            return command_handled(request_id, refused);
+    // Steps 2–3 ran at admission; refused commands are recorded with
+    // duration 0.
+    let refusal = match entry {
+        Some(Ok(permit)) => {
+            let outcome = exec::execute(&ctx.exec, req);
+            drop(permit);
+            return command_handled(request_id, outcome);
         }
+        Some(Err(message)) => ExecError::new(ErrorCode::ShimOverloaded, message),
+        // The dispatcher enters the limits for every command it routes here
+        // with the shell on; one that skipped them is never run.
+        None => ExecError::new(ErrorCode::InternalError, NOT_ADMITTED),
     };
-    let outcome = exec::execute(&ctx.exec, req);
-    drop(permit);
-    command_handled(request_id, outcome)
+    command_handled(request_id, exec::refuse(&ctx.exec, req, refusal))
 }
+
+/// The refusal of a command that did not pass the command limits at
+/// admission.
+const NOT_ADMITTED: &str = "The command was not admitted by the command limits.";
 
 fn command_handled(request_id: &str, outcome: exec::Outcome) -> Handled {
     let audit = match outcome.audit {
@@ -263,7 +275,7 @@ fn millis(since: Instant) -> u64 {
 }
 
 impl CommandGate for super::limits::MachineLimits {
-    fn enter(&self) -> Result<Box<dyn Send>, String> {
+    fn enter(&self) -> CommandEntry {
         match self.start_command(Instant::now()) {
             Ok(slot) => Ok(Box::new(slot)),
             Err(refused) => Err(refused.message()),

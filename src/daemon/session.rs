@@ -5,24 +5,29 @@
 //!
 //! Threads: the caller's thread reads; one writer thread per connection
 //! sends, taking PONGs before anything else so no worker can delay them;
-//! workers come from the daemon's pool. A response is queued only after its
-//! audit record is durable, and only on the connection its request came
-//! from: when the connection ends its channels close and late responses
-//! are discarded. This module never runs an operation the connection did
-//! not grant, never answers an invalid frame it cannot answer
-//! unambiguously, and never blocks the reader on a worker.
+//! workers come from the daemon's pool, and a running command gets a thread
+//! of its own so that it never holds a worker. A command meets the
+//! machine-wide command limits as it is admitted, on the reader: it is
+//! counted then and refused then, never queued. A response is queued only
+//! after its audit record is durable, and only on the connection its
+//! request came from: when the connection ends its channels close and late
+//! responses are discarded. When the writer cannot send, the connection
+//! ends. This module never runs an operation the connection did not grant,
+//! never answers an invalid frame it cannot answer unambiguously, never
+//! reads on after its writer failed, and never blocks the reader on a
+//! worker.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded, select};
 use rustix::process::Pid;
 use serde_json::json;
 
-use super::handlers::{self, CommandGate};
+use super::handlers::{self, CommandEntry, CommandGate};
 use super::limits::{Admitted, RequestSlots, WorkPool};
-use super::pool::Pool;
+use super::pool::{self, Job, Pool};
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, Spawner};
 use crate::files::FileContext;
@@ -258,6 +263,8 @@ struct Shared {
     priority: Sender<Out>,
     leftovers: Mutex<Vec<Pid>>,
     audit_failed: AtomicBool,
+    /// Why the writer stopped sending, once it has.
+    send_failed: OnceLock<Ended>,
     connected_at: Instant,
     /// Requests handed to the pool and not yet finished.
     running: Mutex<u64>,
@@ -317,6 +324,7 @@ pub fn serve(
         priority,
         leftovers: Mutex::new(Vec::new()),
         audit_failed: AtomicBool::new(false),
+        send_failed: OnceLock::new(),
         connected_at: Instant::now(),
         running: Mutex::new(0),
         idle: std::sync::Condvar::new(),
@@ -381,20 +389,26 @@ fn read_loop(
         if !healthy(shared) {
             return End::AuditFailed;
         }
+        if let Some(failed) = shared.send_failed.get() {
+            return ended(failed.clone());
+        }
         // A stop, or an audit failure anywhere in the daemon, ends the
         // connection at once rather than at the platform's next frame
-        // (AUDIT.md §8.3 step 3).
+        // (AUDIT.md §8.3 step 3); so does a writer that can no longer send,
+        // or every request read from here on would run unanswered.
         let should_stop = || {
             stop.load(Ordering::SeqCst)
                 || shared.audit_failed.load(Ordering::SeqCst)
                 || !shared.setup.audit.is_healthy()
+                || shared.send_failed.get().is_some()
         };
         let bytes = match inbound.recv(&should_stop) {
+            Ok(_) if shared.send_failed.get().is_some() => continue,
             Ok(bytes) => bytes,
             Err(_) if stop.load(Ordering::SeqCst) => return End::Stopped,
             Err(_) if !healthy(shared) => return End::AuditFailed,
-            Err(Ended::Closed(code)) => return End::Closed(code),
-            Err(Ended::Failed(e)) => return End::Failed(e),
+            Err(_) if shared.send_failed.get().is_some() => continue,
+            Err(end) => return ended(end),
         };
         let frame = match protocol::decode(&bytes) {
             Ok(frame) => frame,
@@ -439,6 +453,13 @@ fn read_loop(
     }
 }
 
+fn ended(end: Ended) -> End {
+    match end {
+        Ended::Closed(code) => End::Closed(code),
+        Ended::Failed(e) => End::Failed(e),
+    }
+}
+
 /// PROTOCOL.md §2.4 hardening note: an invalid request with a usable id
 /// gets an `ERROR`; everything else is dropped.
 fn answer_invalid(shared: &Shared, e: &DecodeError) {
@@ -472,26 +493,68 @@ fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
     if let Some(activity) = &shared.setup.activity {
         activity.touch();
     }
+    let command = enter_command_limits(shared, &frame.message);
+    let runs_a_command = matches!(command, Some(Ok(_)));
     *lock(&shared.running) += 1;
     let job_shared = Arc::clone(shared);
-    // A job the pool refuses (the daemon is stopping) is dropped unrun,
-    // and its ticket with it.
-    let _ = pool.submit(Box::new(move || {
-        run_request(&job_shared, admitted, frame);
+    let job: Job = Box::new(move || {
+        run_request(&job_shared, admitted, frame, command);
         let mut running = lock(&job_shared.running);
         *running -= 1;
         job_shared.idle.notify_all();
-    }));
+    });
+    let job = if runs_a_command {
+        match pool::spawn_apart("command", job) {
+            Ok(()) => return,
+            // No thread to be had: a worker runs it rather than nobody.
+            Err(job) => job,
+        }
+    } else {
+        job
+    };
+    // A job the pool refuses (the daemon is stopping) is dropped unrun,
+    // and its ticket with it.
+    let _ = pool.submit(job);
 }
 
-/// A worker's part: the slot, the gates, the handler, the record, the
-/// response and the edge `STATUS`.
-fn run_request(shared: &Shared, mut admitted: Admitted, frame: Frame) {
+/// EXEC.md §3 steps 2–3, taken when a command is admitted so that the rate
+/// window counts it then and the concurrency limit refuses it then, however
+/// many request slots the connection has: for an `EXECUTE_COMMAND` on a data
+/// connection that granted `shell`, with the local switch on and the audit
+/// log healthy (what [`route`] and the handler check before step 2). `None`
+/// for every other request, which the command limits never count.
+fn enter_command_limits(shared: &Shared, message: &Message) -> Option<CommandEntry> {
+    let Serving::Data(data) = &shared.setup.serving else {
+        return None;
+    };
+    let shell = Capability::Shell.as_str();
+    let reaches_the_limits = matches!(message, Message::ExecuteCommand(_))
+        && data.shell_enabled
+        && shared.setup.granted.iter().any(|g| g == shell)
+        && healthy(shared);
+    reaches_the_limits.then(|| data.commands.enter())
+}
+
+/// A worker's part (or a command thread's): the slot, the gates, the
+/// handler, the record, the response and the edge `STATUS`.
+fn run_request(
+    shared: &Shared,
+    mut admitted: Admitted,
+    frame: Frame,
+    command: Option<CommandEntry>,
+) {
     admitted.take_slot();
     let kind = frame.message_type();
     // A child runtime's request also waits for the machine-wide pool; the
-    // connection's end wakes it (PROTOCOL.md §5.1 step 6).
-    let permit = match &shared.setup.machine_pool {
+    // connection's end wakes it (PROTOCOL.md §5.1 step 6). A command that
+    // met the command limits does not: they bound commands machine-wide,
+    // and a running command holding a work slot would make file operations
+    // wait behind it.
+    let machine_pool = match &command {
+        Some(_) => None,
+        None => shared.setup.machine_pool.as_ref(),
+    };
+    let permit = match machine_pool {
         Some(pool) => match pool.acquire_unless(|| shared.cancel.is_cancelled()) {
             Some(permit) => Some(permit),
             None => {
@@ -505,7 +568,7 @@ fn run_request(shared: &Shared, mut admitted: Admitted, frame: Frame) {
         // Admitted before the connection ended: cancelled unrun.
         None
     } else {
-        route(shared, &frame.id, kind, &frame.message)
+        route(shared, &frame.id, kind, &frame.message, command)
     };
     drop(permit);
     let released = admitted.finish();
@@ -523,7 +586,13 @@ fn run_request(shared: &Shared, mut admitted: Admitted, frame: Frame) {
 }
 
 /// The gates of §5.3–§5.5 and the handler; returns the reply to send.
-fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Option<Message> {
+fn route(
+    shared: &Shared,
+    id: &str,
+    kind: MessageType,
+    message: &Message,
+    command: Option<CommandEntry>,
+) -> Option<Message> {
     let setup = &shared.setup;
     let data = match &setup.serving {
         Serving::Control(control) => {
@@ -565,9 +634,8 @@ fn route(shared: &Shared, id: &str, kind: MessageType, message: &Message) -> Opt
             cancel: &shared.cancel,
         },
         shell_enabled: data.shell_enabled,
-        commands: &*data.commands,
     };
-    let handled = handlers::handle(&ctx, id, message, &setup.granted);
+    let handled = handlers::handle(&ctx, id, message, &setup.granted, command);
     if let Some(group) = handled.leftover_group {
         lock(&shared.leftovers).push(group);
     }
@@ -672,7 +740,10 @@ fn write_loop(
         };
         match item {
             Out::Frame(bytes) => {
-                if out.send(bytes).is_err() {
+                if let Err(failure) = out.send(bytes) {
+                    // The reader sees this and ends the connection (the
+                    // runtime then reconnects).
+                    let _ = shared.send_failed.set(failure);
                     return;
                 }
             }

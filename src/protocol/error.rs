@@ -39,6 +39,11 @@ pub enum Invalid {
     MissingId,
     /// `id` is not a string.
     IdNotString,
+    /// `id` is longer than [`super::MAX_MESSAGE_ID_BYTES`]: no usable id.
+    IdTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
     /// `ts` is absent.
     MissingTs,
     /// `ts` is not a number.
@@ -92,6 +97,11 @@ impl fmt::Display for Invalid {
             Invalid::UnknownType(t) => write!(f, "unknown message type {:?}", excerpt(t)),
             Invalid::MissingId => f.write_str("envelope field 'id' is required"),
             Invalid::IdNotString => f.write_str("envelope field 'id' must be a string"),
+            Invalid::IdTooLong { len } => write!(
+                f,
+                "envelope field 'id' is {len} bytes, longer than the {}-byte limit",
+                super::MAX_MESSAGE_ID_BYTES
+            ),
             Invalid::MissingTs => f.write_str("envelope field 'ts' is required"),
             Invalid::TsNotNumber => f.write_str("envelope field 'ts' must be a number"),
             Invalid::VersionNotString => f.write_str("envelope field 'version' must be a string"),

@@ -10,6 +10,7 @@ use serde::ser::SerializeStruct;
 use serde_json::{Map, Value};
 
 use super::error::{DecodeError, EncodeError, Invalid};
+use super::ids::MAX_MESSAGE_ID_BYTES;
 use super::json::{StrictJsonError, parse_strict};
 use super::payload::{ErrorPayload, Message};
 use super::types::{ErrorCode, MessageType};
@@ -97,6 +98,9 @@ pub fn decode(bytes: &[u8]) -> Result<Frame, DecodeError> {
     };
     let id = match envelope.remove("id") {
         None => return Err(DecodeError::dropped(Invalid::MissingId)),
+        Some(Value::String(id)) if id.len() > MAX_MESSAGE_ID_BYTES => {
+            return Err(DecodeError::dropped(Invalid::IdTooLong { len: id.len() }));
+        }
         Some(Value::String(id)) => id,
         Some(_) => return Err(DecodeError::dropped(Invalid::IdNotString)),
     };

@@ -2,7 +2,8 @@
 //!
 //! A [`SessionId`] can only be built from a string that matches the protocol
 //! pattern, so code holding one never re-checks it (and never builds a URL or
-//! file name from an unchecked string). Randomness is not drawn here: UUIDs
+//! file name from an unchecked string). Message ids have no format, only a
+//! length bound ([`MAX_MESSAGE_ID_BYTES`]). Randomness is not drawn here: UUIDs
 //! are formatted from bytes the caller supplies, keeping this module sans-IO.
 
 use std::fmt;
@@ -50,6 +51,13 @@ impl fmt::Display for SessionId {
         f.write_str(&self.0)
     }
 }
+
+/// Longest usable message `id`, in bytes. A response repeats its request's
+/// id, so an unbounded id could make an answer larger than a WebSocket
+/// message may be; a frame whose id is longer has no usable id and is
+/// dropped unanswered (PROTOCOL.md §2.4). UUIDs, which the platform sends,
+/// are 36 bytes.
+pub const MAX_MESSAGE_ID_BYTES: usize = 1024;
 
 /// Formats 16 random bytes as a version-4 UUID in canonical lowercase
 /// hyphenated form (the id of unsolicited frames, PROTOCOL.md §2.1).

@@ -29,7 +29,7 @@ pub use close::{CloseAction, ShimClose, TerminalClose, classify_close};
 pub use error::{DecodeError, EncodeError, ErrorReply, Invalid};
 pub use fields::{FieldError, FieldProblem};
 pub use frame::{Frame, OVERSIZE_MESSAGE, decode, encode, encode_response};
-pub use ids::{SessionId, uuid_v4_from_bytes};
+pub use ids::{MAX_MESSAGE_ID_BYTES, SessionId, uuid_v4_from_bytes};
 pub use json::MAX_JSON_DEPTH;
 pub use payload::*;
 pub use types::{

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use autogpt_shim::secrets::{Passphrase, SecretStore, SecretString, TokenFile};
 use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, HelloAck};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_autogpt-shim");
 pub const PASSPHRASE: &str = "correct horse battery staple";
@@ -432,4 +432,30 @@ pub fn shell_session(home: &Home, emulator: &Emulator, as_nobody: bool) -> (Shim
     let shim = Shim::spawn(command);
     let (conn, _) = connect(emulator, HelloAck::new().grant(["files", "shell"]));
     (shim, conn)
+}
+
+/// Sends `count` shell commands on `conn` that each touch `started-N` in
+/// `root` (the connection's root) and then wait for a `release` file there;
+/// returns their ids once all of them run.
+pub fn start_blocked_commands(conn: &Conn, root: &Path, count: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let command = format!("touch started-{n}; while [ ! -e release ]; do sleep 0.05; done");
+        ids.push(
+            conn.request("EXECUTE_COMMAND", json!({"command": command}))
+                .unwrap(),
+        );
+    }
+    assert!(
+        eventually(WAIT, || (0..count)
+            .all(|n| root.join(format!("started-{n}")).exists())),
+        "the blocked commands did not all start"
+    );
+    ids
+}
+
+/// Waits `within` for the response to `id`.
+pub fn response_within(conn: &Conn, id: &str, within: Duration) -> Value {
+    conn.wait_response(id, within)
+        .unwrap_or_else(|| panic!("no response to {id} within {within:?}"))
 }
