@@ -1,0 +1,361 @@
+//! The shim's own locations: the directories of its configuration file, its
+//! state, its audit log, its secret store (`tokens.enc`) and its data. They
+//! are resolved once at start and held open, and are then recognised by
+//! identity (device and inode), wherever they are renamed or mounted later:
+//! no session root may be, contain or lie inside one, and no request path may
+//! end in or pass through one.
+//!
+//! This module only opens directories with `O_PATH` and looks at them. It
+//! never creates or changes anything, never compares path strings to decide,
+//! and never follows a link below a root (the request walk uses
+//! `O_NOFOLLOW`).
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+
+use super::identity;
+use crate::text::one_line;
+
+/// Most `..` steps from a protected directory up to `/`; deeper trees are
+/// not real locations of this shim and stop the walk there.
+const MAX_DEPTH: usize = 4096;
+
+/// `(st_dev, st_ino)`.
+type Id = (u64, u64);
+
+/// One protected location as it was found at start.
+#[derive(Debug)]
+struct Place {
+    /// What it is, for messages ("the state directory").
+    what: &'static str,
+    /// Where it was at start, for messages.
+    path: PathBuf,
+    /// The directory itself, or its nearest existing ancestor while it does
+    /// not exist yet (held open so its live position can be walked).
+    anchor: OwnedFd,
+    anchor_id: Id,
+    /// The first missing component below `anchor`; `None` when the
+    /// location exists.
+    missing: Option<OsString>,
+}
+
+impl Place {
+    /// The identity of the location itself where it exists now (created
+    /// since start if it was missing then).
+    fn current_id(&self) -> Option<Id> {
+        match &self.missing {
+            None => Some(self.anchor_id),
+            Some(name) => rustix::fs::statat(&self.anchor, name.as_os_str(), AtFlags::empty())
+                .ok()
+                .filter(is_dir)
+                .map(|st| identity(&st)),
+        }
+    }
+}
+
+/// How a root relates to a protected location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    /// The root is the location.
+    Is,
+    /// The location lies inside the root (or would, once created).
+    Contains,
+    /// The root lies inside the location.
+    Inside,
+}
+
+/// Why a folder cannot be a root: it is, holds or lies inside one of the
+/// shim's own locations. `Display` is one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The refused root.
+    pub root: PathBuf,
+    /// How it relates to the location.
+    pub relation: Relation,
+    /// What the location is.
+    pub what: &'static str,
+    /// Where the location was at start.
+    pub location: PathBuf,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let relation = match self.relation {
+            Relation::Is => "is",
+            Relation::Contains => "contains",
+            Relation::Inside => "lies inside",
+        };
+        write!(
+            f,
+            "allowed_root {} {relation} the shim's {} {}; choose a folder that holds none of the shim's own files",
+            one_line(&self.root.display().to_string()),
+            self.what,
+            one_line(&self.location.display().to_string()),
+        )
+    }
+}
+
+impl std::error::Error for Conflict {}
+
+/// The shim's own locations; cheap to clone, empty by default (tests and
+/// tools that serve no platform).
+#[derive(Debug, Clone, Default)]
+pub struct ProtectedLocations {
+    places: Arc<[Place]>,
+}
+
+impl ProtectedLocations {
+    /// Resolves each `(what, directory)` now: the directory is opened
+    /// (following links, as the shim itself does when it uses it), or, when
+    /// it does not exist yet, its nearest existing ancestor is. Relative
+    /// paths are ignored (configuration makes every path absolute).
+    pub fn resolve<'a>(
+        locations: impl IntoIterator<Item = (&'static str, &'a Path)>,
+    ) -> ProtectedLocations {
+        let places: Vec<Place> = locations
+            .into_iter()
+            .filter(|(_, path)| path.is_absolute())
+            .filter_map(|(what, path)| locate(what, path))
+            .collect();
+        ProtectedLocations {
+            places: places.into(),
+        }
+    }
+
+    /// True when nothing is protected.
+    pub fn is_empty(&self) -> bool {
+        self.places.is_empty()
+    }
+
+    /// Refuses `root` (a canonical directory) when it is, contains or lies
+    /// inside a protected location, as they are placed now. A root that
+    /// cannot be opened passes: its own checks report it.
+    pub fn check_root(&self, root: &Path) -> Result<(), Conflict> {
+        if self.places.is_empty() {
+            return Ok(());
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(fd) = rustix::fs::open(root, flags, Mode::empty()) else {
+            return Ok(());
+        };
+        let root_line = lineage(fd.as_fd());
+        let Some(&root_id) = root_line.first() else {
+            return Ok(());
+        };
+        let relation = |place: &Place| {
+            if let Some(id) = place.current_id() {
+                if id == root_id {
+                    return Some(Relation::Is);
+                }
+                if root_line.contains(&id) {
+                    return Some(Relation::Inside);
+                }
+            }
+            // The anchor's live ancestry holds the root: the location is
+            // (or, still missing, would be created) inside it.
+            lineage(place.anchor.as_fd())
+                .contains(&root_id)
+                .then_some(Relation::Contains)
+        };
+        // The closest relation is the one named: a root that is the audit
+        // directory and also holds the state directory "is" the former.
+        let found = self
+            .places
+            .iter()
+            .filter_map(|place| relation(place).map(|r| (r, place)))
+            .min_by_key(|(r, _)| *r != Relation::Is);
+        match found {
+            None => Ok(()),
+            Some((relation, place)) => Err(Conflict {
+                root: root.to_owned(),
+                relation,
+                what: place.what,
+                location: place.path.clone(),
+            }),
+        }
+    }
+
+    /// True when `st` is a protected directory (for walks that open
+    /// directories themselves).
+    pub fn is_protected(&self, st: &Stat) -> bool {
+        is_dir(st) && {
+            let id = identity(st);
+            self.places.iter().any(|p| p.current_id() == Some(id))
+        }
+    }
+
+    /// The protected location `components` end in or pass through below
+    /// `root`, if any: each component is looked at without following links,
+    /// one directory at a time, and the walk stops at the first component
+    /// that does not exist (or is a link: enforcement refuses that itself).
+    pub fn reached(&self, root: BorrowedFd<'_>, components: &[OsString]) -> Option<&'static str> {
+        if self.places.is_empty() {
+            return None;
+        }
+        let ids: Vec<(Option<Id>, &Place)> =
+            self.places.iter().map(|p| (p.current_id(), p)).collect();
+        let mut dir: Option<OwnedFd> = None;
+        let mut dir_id = rustix::fs::fstat(root).ok().map(|st| identity(&st));
+        for name in components {
+            let parent = dir.as_ref().map_or(root, |fd| fd.as_fd());
+            // A location still missing is reached by its name in its anchor.
+            if let Some(place) = ids.iter().map(|(_, p)| p).find(|p| {
+                Some(p.anchor_id) == dir_id && p.missing.as_deref() == Some(name.as_os_str())
+            }) {
+                return Some(place.what);
+            }
+            let Ok(st) = rustix::fs::statat(parent, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+            else {
+                return None;
+            };
+            if !is_dir(&st) {
+                return None;
+            }
+            let id = identity(&st);
+            if let Some((_, place)) = ids.iter().find(|(pid, _)| *pid == Some(id)) {
+                return Some(place.what);
+            }
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let Ok(next) = rustix::fs::openat(parent, name.as_os_str(), flags, Mode::empty())
+            else {
+                return None;
+            };
+            dir = Some(next);
+            dir_id = Some(id);
+        }
+        None
+    }
+}
+
+fn is_dir(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::Directory
+}
+
+/// Opens `path` or its nearest existing ancestor.
+fn locate(what: &'static str, path: &Path) -> Option<Place> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut missing: Option<&OsStr> = None;
+    for candidate in path.ancestors() {
+        if let Ok(fd) = rustix::fs::open(candidate, flags, Mode::empty()) {
+            let st = rustix::fs::fstat(&fd).ok()?;
+            return Some(Place {
+                what,
+                path: path.to_owned(),
+                anchor: fd,
+                anchor_id: identity(&st),
+                missing: missing
+                    .filter(|m| !m.as_bytes().is_empty())
+                    .map(OsStr::to_owned),
+            });
+        }
+        missing = candidate.file_name();
+    }
+    None
+}
+
+/// The identities of `dir` and of each directory above it up to `/`,
+/// nearest first, found by walking `..` from the descriptor (so a directory
+/// renamed since it was opened is placed where it is now).
+fn lineage(dir: BorrowedFd<'_>) -> Vec<Id> {
+    let mut line = Vec::new();
+    let Ok(st) = rustix::fs::fstat(dir) else {
+        return line;
+    };
+    line.push(identity(&st));
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(mut cur) = rustix::fs::openat(dir, "..", flags, Mode::empty()) else {
+        return line;
+    };
+    for _ in 0..MAX_DEPTH {
+        let Ok(st) = rustix::fs::fstat(&cur) else {
+            break;
+        };
+        let id = identity(&st);
+        // `/..` is `/` itself.
+        if line.last() == Some(&id) {
+            break;
+        }
+        line.push(id);
+        match rustix::fs::openat(&cur, "..", flags, Mode::empty()) {
+            Ok(next) => cur = next,
+            Err(_) => break,
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn fixture() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        (tmp, base)
+    }
+
+    #[test]
+    fn a_root_that_is_holds_or_lies_inside_a_location_is_refused() {
+        let (_tmp, base) = fixture();
+        let state = base.join("a/state");
+        std::fs::create_dir_all(state.join("inner")).unwrap();
+        std::fs::create_dir_all(base.join("b")).unwrap();
+        let protected = ProtectedLocations::resolve([("state directory", state.as_path())]);
+        let relation = |p: &Path| protected.check_root(p).map_err(|c| c.relation);
+        assert_eq!(relation(&state), Err(Relation::Is));
+        assert_eq!(relation(&base.join("a")), Err(Relation::Contains));
+        assert_eq!(relation(&state.join("inner")), Err(Relation::Inside));
+        assert_eq!(relation(&base.join("b")), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_location_protects_where_it_would_be_created() {
+        let (_tmp, base) = fixture();
+        std::fs::create_dir_all(base.join("cfg/other")).unwrap();
+        let config = base.join("cfg/app");
+        let protected =
+            ProtectedLocations::resolve([("configuration directory", config.as_path())]);
+        let cfg = base.join("cfg");
+        assert_eq!(
+            protected.check_root(&cfg).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+        assert_eq!(protected.check_root(&base.join("cfg/other")), Ok(()));
+        let root = rustix::fs::open(&base, OFlags::PATH, Mode::empty()).unwrap();
+        let path = [OsString::from("cfg"), OsString::from("app")];
+        assert_eq!(
+            protected.reached(root.as_fd(), &path),
+            Some("configuration directory")
+        );
+        assert_eq!(protected.reached(root.as_fd(), &path[..1]), None);
+    }
+
+    #[test]
+    fn a_renamed_location_is_still_recognised() {
+        let (_tmp, base) = fixture();
+        let state = base.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(base.join("root/sub")).unwrap();
+        let protected = ProtectedLocations::resolve([("state directory", state.as_path())]);
+        let root = base.join("root");
+        assert_eq!(protected.check_root(&root), Ok(()));
+        std::fs::rename(&state, root.join("sub/moved")).unwrap();
+        assert_eq!(
+            protected.check_root(&root).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+        let fd = rustix::fs::open(&root, OFlags::PATH, Mode::empty()).unwrap();
+        let path = [OsString::from("sub"), OsString::from("moved")];
+        assert_eq!(
+            protected.reached(fd.as_fd(), &path),
+            Some("state directory")
+        );
+    }
+}
