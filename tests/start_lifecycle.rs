@@ -460,7 +460,8 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
     let small = home.path().join("small");
     std::fs::create_dir(&small).unwrap();
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        // A private mount point: a shared (1777) log directory is refused.
+        .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs"])
         .arg(&small)
         .stderr(std::process::Stdio::null())
         .status()
@@ -514,16 +515,16 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
     );
 }
 
-/// The one `Preflight failed:` line of a refused start (the banner lines
-/// come before it).
+/// The one `Preflight failed:` line of a refused start, and it is the last
+/// line (banner and store warnings come before it).
 fn refusal(shim: &Shim) -> String {
     let stderr = shim.stderr.text();
     let lines: Vec<&str> = stderr
         .lines()
-        .filter(|l| !l.starts_with("WARNING: "))
+        .filter(|l| l.starts_with("Preflight failed: "))
         .collect();
     assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].starts_with("Preflight failed: "), "{stderr}");
+    assert_eq!(stderr.lines().last(), Some(lines[0]), "{stderr}");
     lines[0].to_owned()
 }
 

@@ -639,6 +639,7 @@ fn open_audit(
     let mut options = WriterOptions::new(config.audit_log_path.clone(), VERSION);
     options.machine_id = Some(machine_id);
     options.default_session = default_session.map(str::to_owned);
+    options.own_directory = config.audit_log_is_default();
     if origin == KeyOrigin::Created {
         // A new key cannot verify an existing chain: that file is closed off
         // under its own name first (AUDIT.md §7.2).
