@@ -869,3 +869,47 @@ fn a_protected_directory_moved_into_a_root_stays_unreachable() {
         .count();
     assert!(violations >= 6, "{:?}", home.ops());
 }
+
+#[test]
+fn a_protected_directory_mounted_into_a_root_stays_unreachable() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (browse, project_ref) = reference_to(&conn, &home_path, "project");
+    let attached = attach(&conn, "chat-1", &browse, &project_ref);
+    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+    let data = activate_first(&conn, &emulator, "chat-1");
+    let target = home_path.join("project/logs");
+    std::fs::create_dir(&target).unwrap();
+    // The audit log's directory, mounted into the live root.
+    let Some(mount) = BindMount::new(&home_path.join("state"), &target) else {
+        println!("skipped: this machine does not let the test make a bind mount");
+        stop(&mut shim, &home);
+        return;
+    };
+    for (kind, payload) in [
+        ("FILE_READ", json!({"path": "logs/audit.log"})),
+        ("FILE_DELETE", json!({"path": "logs/audit.log"})),
+        ("FILE_DELETE", json!({"path": "logs", "recursive": true})),
+        ("FILE_LIST", json!({"path": "logs"})),
+    ] {
+        let reply = call(&data, kind, payload);
+        assert_eq!(
+            error_code(&reply),
+            "PATH_OUTSIDE_ALLOWED_ROOT",
+            "{kind}: {reply}"
+        );
+    }
+    let listed = call(&data, "FILE_LIST", json!({"path": ".", "recursive": true}));
+    let entries = listed["payload"]["entries"].as_array().unwrap();
+    assert!(
+        entries
+            .iter()
+            .all(|e| !e["path"].as_str().unwrap().contains("audit.log")),
+        "{listed}"
+    );
+    drop(mount);
+    assert!(home.audit.exists());
+    stop(&mut shim, &home);
+}
