@@ -724,6 +724,28 @@ fn activate_first(conn: &Conn, emulator: &Emulator, session: &str) -> Conn {
     child(emulator, session).0
 }
 
+/// Attaches the home's `project` folder to `chat-1` and activates it:
+/// the root grant and the child's data connection.
+fn project_chat(conn: &Conn, emulator: &Emulator, home: &Path) -> (Value, Conn) {
+    let (browse, project_ref) = reference_to(conn, home, "project");
+    let attached = attach(conn, "chat-1", &browse, &project_ref);
+    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+    let grant = attached["payload"]["root_grant"].clone();
+    (grant, activate_first(conn, emulator, "chat-1"))
+}
+
+/// Each request is refused as outside the root.
+fn assert_all_outside(data: &Conn, requests: &[(&str, Value)]) {
+    for (kind, payload) in requests {
+        let reply = call(data, kind, payload.clone());
+        assert_eq!(
+            error_code(&reply),
+            "PATH_OUTSIDE_ALLOWED_ROOT",
+            "{kind}: {reply}"
+        );
+    }
+}
+
 /// The refusal every folder that cannot be a session root gets.
 fn assert_not_a_root(reply: &Value) {
     assert_eq!(error_code(reply), "DIRECTORY_UNAVAILABLE", "{reply}");
@@ -803,11 +825,7 @@ fn a_protected_directory_moved_into_a_root_stays_unreachable() {
     let emulator = emulator();
     let mut shim = Shim::start_control(&home, &emulator, &[]);
     let (conn, _) = control(&emulator);
-    let (browse, project_ref) = reference_to(&conn, &home_path, "project");
-    let attached = attach(&conn, "chat-1", &browse, &project_ref);
-    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
-    let grant = attached["payload"]["root_grant"].clone();
-    let data = activate_first(&conn, &emulator, "chat-1");
+    let (grant, data) = project_chat(&conn, &emulator, &home_path);
 
     // The directory of tokens.enc is moved into the live root.
     let secrets = home_path.join("secrets");
@@ -815,24 +833,20 @@ fn a_protected_directory_moved_into_a_root_stays_unreachable() {
     std::fs::create_dir(project.join("sub")).unwrap();
     let moved = project.join("sub/secrets");
     std::fs::rename(&secrets, &moved).unwrap();
-    for (kind, payload) in [
-        ("FILE_READ", json!({"path": "sub/secrets/tokens.enc"})),
-        ("FILE_STAT", json!({"path": "sub/secrets"})),
-        ("FILE_LIST", json!({"path": "sub/secrets"})),
-        (
-            "FILE_WRITE",
-            json!({"path": "sub/secrets/tokens.enc", "content": "x"}),
-        ),
-        ("FILE_DELETE", json!({"path": "sub", "recursive": true})),
-        ("FILE_MOVE", json!({"src": "sub/secrets", "dst": "taken"})),
-    ] {
-        let reply = call(&data, kind, payload);
-        assert_eq!(
-            error_code(&reply),
-            "PATH_OUTSIDE_ALLOWED_ROOT",
-            "{kind}: {reply}"
-        );
-    }
+    assert_all_outside(
+        &data,
+        &[
+            ("FILE_READ", json!({"path": "sub/secrets/tokens.enc"})),
+            ("FILE_STAT", json!({"path": "sub/secrets"})),
+            ("FILE_LIST", json!({"path": "sub/secrets"})),
+            (
+                "FILE_WRITE",
+                json!({"path": "sub/secrets/tokens.enc", "content": "x"}),
+            ),
+            ("FILE_DELETE", json!({"path": "sub", "recursive": true})),
+            ("FILE_MOVE", json!({"src": "sub/secrets", "dst": "taken"})),
+        ],
+    );
     let listed = call(&data, "FILE_LIST", json!({"path": ".", "recursive": true}));
     assert_eq!(listed["type"], "FILE_LIST_RESPONSE", "{listed}");
     let names: Vec<&str> = listed["payload"]["entries"]
@@ -876,10 +890,7 @@ fn a_protected_directory_mounted_into_a_root_stays_unreachable() {
     let emulator = emulator();
     let mut shim = Shim::start_control(&home, &emulator, &[]);
     let (conn, _) = control(&emulator);
-    let (browse, project_ref) = reference_to(&conn, &home_path, "project");
-    let attached = attach(&conn, "chat-1", &browse, &project_ref);
-    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
-    let data = activate_first(&conn, &emulator, "chat-1");
+    let (_, data) = project_chat(&conn, &emulator, &home_path);
     let target = home_path.join("project/logs");
     std::fs::create_dir(&target).unwrap();
     // The audit log's directory, mounted into the live root.
@@ -888,19 +899,15 @@ fn a_protected_directory_mounted_into_a_root_stays_unreachable() {
         stop(&mut shim, &home);
         return;
     };
-    for (kind, payload) in [
-        ("FILE_READ", json!({"path": "logs/audit.log"})),
-        ("FILE_DELETE", json!({"path": "logs/audit.log"})),
-        ("FILE_DELETE", json!({"path": "logs", "recursive": true})),
-        ("FILE_LIST", json!({"path": "logs"})),
-    ] {
-        let reply = call(&data, kind, payload);
-        assert_eq!(
-            error_code(&reply),
-            "PATH_OUTSIDE_ALLOWED_ROOT",
-            "{kind}: {reply}"
-        );
-    }
+    assert_all_outside(
+        &data,
+        &[
+            ("FILE_READ", json!({"path": "logs/audit.log"})),
+            ("FILE_DELETE", json!({"path": "logs/audit.log"})),
+            ("FILE_DELETE", json!({"path": "logs", "recursive": true})),
+            ("FILE_LIST", json!({"path": "logs"})),
+        ],
+    );
     let listed = call(&data, "FILE_LIST", json!({"path": ".", "recursive": true}));
     let entries = listed["payload"]["entries"].as_array().unwrap();
     assert!(
