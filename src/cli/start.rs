@@ -284,6 +284,7 @@ fn protected_locations(config: &Config) -> ProtectedLocations {
         locations
             .iter()
             .filter_map(|(what, dir)| dir.as_deref().map(|dir| (*what, dir))),
+        &paths.home,
     )
 }
 

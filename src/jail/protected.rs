@@ -43,6 +43,11 @@ struct Place {
     /// The first missing component below `anchor`; `None` when the
     /// location exists.
     missing: Option<OsString>,
+    /// The location is the home directory or one of its ancestors (a
+    /// configuration file kept directly in home): no root may be or hold
+    /// it, but a root below it cannot reach the shim's files there, so
+    /// lying inside it is no conflict.
+    above_home: bool,
 }
 
 impl Place {
@@ -114,15 +119,32 @@ impl ProtectedLocations {
     /// Resolves each `(what, directory)` now: the directory is opened
     /// (following links, as the shim itself does when it uses it), or, when
     /// it does not exist yet, its nearest existing ancestor is. Relative
-    /// paths are ignored (configuration makes every path absolute).
+    /// paths are ignored (configuration makes every path absolute); a
+    /// location met twice (the state and secret store directories are often
+    /// one) is kept once.
     pub fn resolve<'a>(
         locations: impl IntoIterator<Item = (&'static str, &'a Path)>,
+        home: &Path,
     ) -> ProtectedLocations {
-        let places: Vec<Place> = locations
-            .into_iter()
-            .filter(|(_, path)| path.is_absolute())
-            .filter_map(|(what, path)| locate(what, path))
-            .collect();
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let home_line = rustix::fs::open(home, flags, Mode::empty())
+            .map(|fd| lineage(fd.as_fd()))
+            .unwrap_or_default();
+        let mut places: Vec<Place> = Vec::new();
+        for (what, path) in locations {
+            if !path.is_absolute() {
+                continue;
+            }
+            let Some(mut place) = locate(what, path) else {
+                continue;
+            };
+            let same = |p: &Place| p.anchor_id == place.anchor_id && p.missing == place.missing;
+            if places.iter().any(same) {
+                continue;
+            }
+            place.above_home = place.missing.is_none() && home_line.contains(&place.anchor_id);
+            places.push(place);
+        }
         ProtectedLocations {
             places: places.into(),
         }
@@ -153,7 +175,7 @@ impl ProtectedLocations {
                 if id == root_id {
                     return Some(Relation::Is);
                 }
-                if root_line.contains(&id) {
+                if root_line.contains(&id) && !place.above_home {
                     return Some(Relation::Inside);
                 }
             }
@@ -252,6 +274,7 @@ fn locate(what: &'static str, path: &Path) -> Option<Place> {
                 missing: missing
                     .filter(|m| !m.as_bytes().is_empty())
                     .map(OsStr::to_owned),
+                above_home: false,
             });
         }
         missing = candidate.file_name();
@@ -307,7 +330,7 @@ mod tests {
         let state = base.join("a/state");
         std::fs::create_dir_all(state.join("inner")).unwrap();
         std::fs::create_dir_all(base.join("b")).unwrap();
-        let protected = ProtectedLocations::resolve([("state directory", state.as_path())]);
+        let protected = ProtectedLocations::resolve([("state directory", state.as_path())], &base);
         let relation = |p: &Path| protected.check_root(p).map_err(|c| c.relation);
         assert_eq!(relation(&state), Err(Relation::Is));
         assert_eq!(relation(&base.join("a")), Err(Relation::Contains));
@@ -321,7 +344,7 @@ mod tests {
         std::fs::create_dir_all(base.join("cfg/other")).unwrap();
         let config = base.join("cfg/app");
         let protected =
-            ProtectedLocations::resolve([("configuration directory", config.as_path())]);
+            ProtectedLocations::resolve([("configuration directory", config.as_path())], &base);
         let cfg = base.join("cfg");
         assert_eq!(
             protected.check_root(&cfg).map_err(|c| c.relation),
@@ -338,12 +361,36 @@ mod tests {
     }
 
     #[test]
+    fn a_location_that_is_home_refuses_only_home_and_above() {
+        let (_tmp, base) = fixture();
+        let home = base.join("home");
+        std::fs::create_dir_all(home.join("project")).unwrap();
+        let protected = ProtectedLocations::resolve(
+            [
+                ("configuration directory", home.as_path()),
+                ("state directory", home.as_path()),
+            ],
+            &home,
+        );
+        assert_eq!(protected.places.len(), 1);
+        assert_eq!(protected.check_root(&home.join("project")), Ok(()));
+        assert_eq!(
+            protected.check_root(&home).map_err(|c| c.relation),
+            Err(Relation::Is)
+        );
+        assert_eq!(
+            protected.check_root(&base).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+    }
+
+    #[test]
     fn a_renamed_location_is_still_recognised() {
         let (_tmp, base) = fixture();
         let state = base.join("state");
         std::fs::create_dir_all(&state).unwrap();
         std::fs::create_dir_all(base.join("root/sub")).unwrap();
-        let protected = ProtectedLocations::resolve([("state directory", state.as_path())]);
+        let protected = ProtectedLocations::resolve([("state directory", state.as_path())], &base);
         let root = base.join("root");
         assert_eq!(protected.check_root(&root), Ok(()));
         std::fs::rename(&state, root.join("sub/moved")).unwrap();
