@@ -308,11 +308,11 @@ impl Jail {
         let lexical = self.lexical(wire)?;
         let resolved = self.resolve(wire, &lexical)?;
         let decision = self.contain(wire, lexical, resolved)?;
-        if let Some(what) = self
-            .options
-            .protected
-            .reached(self.root_fd.as_fd(), &decision.remainder)
-        {
+        if let Some(what) = self.options.protected.reached(
+            self.root_fd.as_fd(),
+            self.root_identity(),
+            &decision.remainder,
+        ) {
             return Err(Rejection::outside(format!(
                 "Path '{wire}' reaches the shim's own {what}"
             )));

@@ -213,43 +213,43 @@ impl ProtectedLocations {
     }
 
     /// The protected location `components` end in or pass through below
-    /// `root`, if any: each component is looked at without following links,
-    /// one directory at a time, and the walk stops at the first component
-    /// that does not exist (or is a link: enforcement refuses that itself).
-    pub fn reached(&self, root: BorrowedFd<'_>, components: &[OsString]) -> Option<&'static str> {
+    /// `root` (whose identity is `root_id`), if any. Each prefix is looked
+    /// at without following a final link; the walk stops at the first
+    /// component that does not exist or is no directory. The components are
+    /// a decision's canonical remainder, free of links when decided; one
+    /// swapped in since is refused by enforcement, which never follows one.
+    pub fn reached(
+        &self,
+        root: BorrowedFd<'_>,
+        root_id: (u64, u64),
+        components: &[OsString],
+    ) -> Option<&'static str> {
         if self.places.is_empty() {
             return None;
         }
         let ids: Vec<(Option<Id>, &Place)> =
             self.places.iter().map(|p| (p.current_id(), p)).collect();
-        let mut dir: Option<OwnedFd> = None;
-        let mut dir_id = rustix::fs::fstat(root).ok().map(|st| identity(&st));
+        let mut dir_id = root_id;
+        let mut prefix: Vec<u8> = Vec::new();
         for name in components {
-            let parent = dir.as_ref().map_or(root, |fd| fd.as_fd());
             // A location still missing is reached by its name in its anchor.
-            if let Some(place) = ids.iter().map(|(_, p)| p).find(|p| {
-                Some(p.anchor_id) == dir_id && p.missing.as_deref() == Some(name.as_os_str())
+            if let Some((_, place)) = ids.iter().find(|(_, p)| {
+                p.anchor_id == dir_id && p.missing.as_deref() == Some(name.as_os_str())
             }) {
                 return Some(place.what);
             }
-            let Ok(st) = rustix::fs::statat(parent, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
-            else {
-                return None;
-            };
+            if !prefix.is_empty() {
+                prefix.push(b'/');
+            }
+            prefix.extend_from_slice(name.as_bytes());
+            let st = rustix::fs::statat(root, prefix.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
             if !is_dir(&st) {
                 return None;
             }
-            let id = identity(&st);
-            if let Some((_, place)) = ids.iter().find(|(pid, _)| *pid == Some(id)) {
+            dir_id = identity(&st);
+            if let Some((_, place)) = ids.iter().find(|(id, _)| *id == Some(dir_id)) {
                 return Some(place.what);
             }
-            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let Ok(next) = rustix::fs::openat(parent, name.as_os_str(), flags, Mode::empty())
-            else {
-                return None;
-            };
-            dir = Some(next);
-            dir_id = Some(id);
         }
         None
     }
@@ -352,12 +352,13 @@ mod tests {
         );
         assert_eq!(protected.check_root(&base.join("cfg/other")), Ok(()));
         let root = rustix::fs::open(&base, OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&root).unwrap());
         let path = [OsString::from("cfg"), OsString::from("app")];
         assert_eq!(
-            protected.reached(root.as_fd(), &path),
+            protected.reached(root.as_fd(), id, &path),
             Some("configuration directory")
         );
-        assert_eq!(protected.reached(root.as_fd(), &path[..1]), None);
+        assert_eq!(protected.reached(root.as_fd(), id, &path[..1]), None);
     }
 
     #[test]
@@ -399,9 +400,10 @@ mod tests {
             Err(Relation::Contains)
         );
         let fd = rustix::fs::open(&root, OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&fd).unwrap());
         let path = [OsString::from("sub"), OsString::from("moved")];
         assert_eq!(
-            protected.reached(fd.as_fd(), &path),
+            protected.reached(fd.as_fd(), id, &path),
             Some("state directory")
         );
     }
