@@ -6,9 +6,9 @@
 //! end in or pass through one.
 //!
 //! This module only opens directories with `O_PATH` and looks at them. It
-//! never creates or changes anything, never compares path strings to decide,
-//! and never follows a link below a root (the request walk uses
-//! `O_NOFOLLOW`).
+//! never creates or changes anything and never compares path strings to
+//! decide; below a root it only stats, never following a final link, and
+//! leaves opening to enforcement.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
