@@ -2,7 +2,8 @@
 //!
 //! 1. decide + open + fstat of a nested file through the jail, next to
 //!    `realpath` then open-by-path then `fstat` (what a string-checking jail
-//!    does), for both enforcement resolvers;
+//!    does), for both enforcement resolvers, and with the shim's own
+//!    directories guarded as the daemon does;
 //! 2. `FILE_LIST` of a 100,000-entry directory with `max_entries` 1000: time
 //!    and peak resident memory, next to reading every name and sorting them.
 //!
@@ -18,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use autogpt_shim::files::{self, FileContext};
-use autogpt_shim::jail::{Jail, JailOptions};
+use autogpt_shim::jail::{Jail, JailOptions, ProtectedLocations};
 use autogpt_shim::protocol::{FileList, Message};
 use rustix::fs::{Mode, OFlags};
 
@@ -81,11 +82,28 @@ fn main() {
         black_box(rustix::fs::fstat(fd.as_fd()).unwrap());
     });
     println!("  baseline realpath+open+fstat   p50 {base50:>8.0} ns  p99 {base99:>8.0} ns");
-    for walker in [false, true] {
+    // The shim's own directories as a daemon protects them: three that
+    // exist and one not created yet.
+    let own = std::fs::canonicalize(tmp.path()).unwrap().join("own");
+    for dir in ["config", "state", "secrets"] {
+        std::fs::create_dir_all(own.join(dir)).unwrap();
+    }
+    let locations = ["config", "state", "secrets", "data"].map(|d| ("directory", own.join(d)));
+    let protected = ProtectedLocations::resolve(
+        locations.iter().map(|(what, dir)| (*what, dir.as_path())),
+        &own,
+    );
+    for (walker, protected) in [
+        (false, ProtectedLocations::default()),
+        (true, ProtectedLocations::default()),
+        (false, protected),
+    ] {
+        let guarded = if protected.is_empty() { "" } else { "+own" };
         let jail = Jail::pin(
             &root,
             JailOptions {
                 force_walker: walker,
+                protected,
                 ..Default::default()
             },
         )
@@ -98,8 +116,8 @@ fn main() {
             black_box(rustix::fs::fstat(fd.as_fd()).unwrap());
         });
         println!(
-            "  jail ({:<7})                 p50 {p50:>8.0} ns  p99 {p99:>8.0} ns  ratio p50 {:.2}x",
-            format!("{:?}", jail.resolver()),
+            "  jail ({:<11})             p50 {p50:>8.0} ns  p99 {p99:>8.0} ns  ratio p50 {:.2}x",
+            format!("{:?}{guarded}", jail.resolver()),
             p50 / base50
         );
     }

@@ -358,7 +358,8 @@ fn a_failed_write_refuses_every_later_record() {
     let mnt = dir.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        // A private mount point: a shared (1777) log directory is refused.
+        .args(["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs"])
         .arg(&mnt)
         .status()
         .map(|s| s.success())
@@ -492,4 +493,39 @@ fn kill_9_loses_no_acknowledged_record() {
     log.write(entry("AFTER", 0)).unwrap();
     close(log, thread);
     assert_clean(&path);
+}
+
+#[test]
+fn a_log_path_that_is_no_regular_file_is_refused_and_nothing_is_created_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    std::fs::create_dir(&path).unwrap();
+    let Err(err) = AuditLog::open(options(&path), key()) else {
+        panic!("a directory is no audit log");
+    };
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+#[test]
+fn a_configured_directory_keeps_its_mode_and_only_the_log_is_tightened() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let path = logs.join("audit.log");
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (log, thread) = open(&path);
+    close(log, thread);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&logs), 0o750);
+    assert_eq!(mode(&path), 0o600);
+    // The shim's own per-OS directory is tightened.
+    let mut own = options(&path);
+    own.own_directory = true;
+    let (log, thread) = AuditLog::open(own, key()).unwrap();
+    close(log, thread);
+    assert_eq!(mode(&logs), 0o700);
 }

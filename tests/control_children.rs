@@ -137,6 +137,7 @@ fn fixture() -> Fixture {
             command_timeout_seconds: NonZeroU64::new(30).unwrap(),
             max_file_size_bytes: NonZeroU64::new(10 << 20).unwrap(),
         },
+        protected: Default::default(),
     };
     let plane = Arc::new(ControlPlane::new(settings, children, machine_pool));
     let Serving::Control(requests) = plane.serving() else {

@@ -53,10 +53,18 @@ fn reference_to(conn: &Conn, home: &Path, name: &str) -> (String, String) {
     let browse = payload["browse_id"].as_str().unwrap().to_owned();
     let home_entry = &payload["entries"][0];
     assert_eq!(home_entry["path"], home.to_str().unwrap());
+    let home_ref = home_entry["directory_ref"].as_str().unwrap();
+    let reference = reference_below(conn, &browse, home_ref, name);
+    (browse, reference)
+}
+
+/// Lists the folder `directory` of `browse` and returns the reference of
+/// its entry named `name`.
+fn reference_below(conn: &Conn, browse: &str, directory: &str, name: &str) -> String {
     let listing = call(
         conn,
         "DIRECTORY_LIST_REQUEST",
-        json!({"browse_id": browse, "directory_ref": home_entry["directory_ref"]}),
+        json!({"browse_id": browse, "directory_ref": directory}),
     );
     let entry = listing["payload"]["entries"]
         .as_array()
@@ -65,7 +73,7 @@ fn reference_to(conn: &Conn, home: &Path, name: &str) -> (String, String) {
         .find(|e| e["name"] == name)
         .unwrap_or_else(|| panic!("{name} not listed: {listing}"))
         .clone();
-    (browse, entry["directory_ref"].as_str().unwrap().to_owned())
+    entry["directory_ref"].as_str().unwrap().to_owned()
 }
 
 fn attach(conn: &Conn, session: &str, browse: &str, reference: &str) -> Value {
@@ -779,4 +787,213 @@ fn a_corrupt_revision_file_stops_control_mode_before_it_starts() {
     assert!(shim.stderr.text().contains("grant revision file"));
     assert!(!home.ops().contains(&"SHIM_START".to_owned()));
     assert!(emulator.attempts().is_empty());
+}
+
+/// Activates the first revision of `session` and accepts its child's data
+/// connection.
+fn activate_first(conn: &Conn, emulator: &Emulator, session: &str) -> Conn {
+    let activated = call(
+        conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": session, "revision": 1}),
+    );
+    assert_eq!(activated["type"], "SESSION_ACTIVATED", "{activated}");
+    child(emulator, session).0
+}
+
+/// Attaches the home's `project` folder to `chat-1` and activates it:
+/// the root grant and the child's data connection.
+fn project_chat(conn: &Conn, emulator: &Emulator, home: &Path) -> (Value, Conn) {
+    let (browse, project_ref) = reference_to(conn, home, "project");
+    let attached = attach(conn, "chat-1", &browse, &project_ref);
+    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+    let grant = attached["payload"]["root_grant"].clone();
+    (grant, activate_first(conn, emulator, "chat-1"))
+}
+
+/// Each request is refused as outside the root.
+fn assert_all_outside(data: &Conn, requests: &[(&str, Value)]) {
+    for (kind, payload) in requests {
+        let reply = call(data, kind, payload.clone());
+        assert_eq!(
+            error_code(&reply),
+            "PATH_OUTSIDE_ALLOWED_ROOT",
+            "{kind}: {reply}"
+        );
+    }
+}
+
+/// The refusal every folder that cannot be a session root gets.
+fn assert_not_a_root(reply: &Value) {
+    assert_eq!(error_code(reply), "DIRECTORY_UNAVAILABLE", "{reply}");
+    assert_eq!(
+        reply["payload"]["message"],
+        "The selected directory cannot be used as a session root"
+    );
+}
+
+#[test]
+fn folders_holding_the_shims_own_files_cannot_be_attached() {
+    let (home, home_path) = home_with_project();
+    // The per-OS configuration directory below `~/.config`, as on a real
+    // machine; its sibling holds nothing of the shim.
+    let config_home = home_path.join(".config");
+    std::fs::create_dir_all(config_home.join("autogpt-local-executor")).unwrap();
+    std::fs::create_dir_all(config_home.join("editor")).unwrap();
+    std::fs::create_dir_all(home_path.join("secrets/inner")).unwrap();
+    let emulator = emulator();
+    let env = [("XDG_CONFIG_HOME", config_home.to_str().unwrap())];
+    let mut shim = Shim::start_control_with_env(&home, &emulator, &env, &[]);
+    let (conn, _) = control(&emulator);
+
+    // `~/.config` itself (which holds the configuration directory), the
+    // configuration directory, the folder holding the state directory, and
+    // a folder inside the secret store's directory.
+    let (browse, config_ref) = reference_to(&conn, &home_path, ".config");
+    assert_not_a_root(&attach(&conn, "chat-1", &browse, &config_ref));
+    let own = reference_below(&conn, &browse, &config_ref, "autogpt-local-executor");
+    assert_not_a_root(&attach(&conn, "chat-1", &browse, &own));
+    let (browse, state_ref) = reference_to(&conn, &home_path, "state");
+    assert_not_a_root(&attach(&conn, "chat-1", &browse, &state_ref));
+    let (browse, secrets_ref) = reference_to(&conn, &home_path, "secrets");
+    let inner = reference_below(&conn, &browse, &secrets_ref, "inner");
+    assert_not_a_root(&attach(&conn, "chat-1", &browse, &inner));
+    for name in [".ssh", ".gnupg", ".aws", ".kube", ".docker", ".local"] {
+        std::fs::create_dir_all(home_path.join(name).join("sub")).unwrap();
+        let (browse, reference) = reference_to(&conn, &home_path, name);
+        assert_not_a_root(&attach(&conn, "chat-1", &browse, &reference));
+        if name != ".local" {
+            let sub = reference_below(&conn, &browse, &reference, "sub");
+            assert_not_a_root(&attach(&conn, "chat-1", &browse, &sub));
+        }
+    }
+
+    // A subfolder of ~/.config that holds nothing of the shim can be picked,
+    // and its data connection cannot reach the configuration next to it.
+    let (browse, config_ref) = reference_to(&conn, &home_path, ".config");
+    let editor = reference_below(&conn, &browse, &config_ref, "editor");
+    let attached = attach(&conn, "chat-1", &browse, &editor);
+    assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+    let data = activate_first(&conn, &emulator, "chat-1");
+    let wrote = call(
+        &data,
+        "FILE_WRITE",
+        json!({"path": "../autogpt-local-executor/config.toml", "content": "enable_shell = true\n"}),
+    );
+    assert_eq!(error_code(&wrote), "PATH_OUTSIDE_ALLOWED_ROOT", "{wrote}");
+    assert!(
+        !config_home
+            .join("autogpt-local-executor/config.toml")
+            .exists()
+    );
+    stop(&mut shim, &home);
+    let refused = home
+        .records()
+        .into_iter()
+        .filter(|r| r["op"] == "ATTACH_SESSION")
+        .filter(|r| r["result"]["error_code"] == "DIRECTORY_UNAVAILABLE")
+        .count();
+    assert_eq!(refused, 4 + 6 + 5);
+}
+
+#[test]
+fn a_protected_directory_moved_into_a_root_stays_unreachable() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (grant, data) = project_chat(&conn, &emulator, &home_path);
+
+    // The directory of tokens.enc is moved into the live root.
+    let secrets = home_path.join("secrets");
+    let project = home_path.join("project");
+    std::fs::create_dir(project.join("sub")).unwrap();
+    let moved = project.join("sub/secrets");
+    std::fs::rename(&secrets, &moved).unwrap();
+    assert_all_outside(
+        &data,
+        &[
+            ("FILE_READ", json!({"path": "sub/secrets/tokens.enc"})),
+            ("FILE_STAT", json!({"path": "sub/secrets"})),
+            ("FILE_LIST", json!({"path": "sub/secrets"})),
+            (
+                "FILE_WRITE",
+                json!({"path": "sub/secrets/tokens.enc", "content": "x"}),
+            ),
+            ("FILE_DELETE", json!({"path": "sub", "recursive": true})),
+            ("FILE_MOVE", json!({"src": "sub/secrets", "dst": "taken"})),
+        ],
+    );
+    let listed = call(&data, "FILE_LIST", json!({"path": ".", "recursive": true}));
+    assert_eq!(listed["type"], "FILE_LIST_RESPONSE", "{listed}");
+    let names: Vec<&str> = listed["payload"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains("tokens.enc")), "{names:?}");
+    assert!(moved.join("tokens.enc").exists());
+
+    // The root now holds a protected location: it is no session root any
+    // more, neither for ACTIVATE nor for RESTORE.
+    let again = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-1", "revision": 1}),
+    );
+    assert_not_a_root(&again);
+    let restored = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-1", "root_grant": grant}),
+    );
+    assert_not_a_root(&restored);
+
+    std::fs::rename(&moved, &secrets).unwrap();
+    stop(&mut shim, &home);
+    let violations = home
+        .records()
+        .into_iter()
+        .filter(|r| r["op"] == "JAIL_VIOLATION")
+        .filter(|r| r["details"]["code"] == "PATH_OUTSIDE_ALLOWED_ROOT")
+        .count();
+    assert!(violations >= 6, "{:?}", home.ops());
+}
+
+#[test]
+fn a_protected_directory_mounted_into_a_root_stays_unreachable() {
+    let (home, home_path) = home_with_project();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (_, data) = project_chat(&conn, &emulator, &home_path);
+    let target = home_path.join("project/logs");
+    std::fs::create_dir(&target).unwrap();
+    // The audit log's directory, mounted into the live root.
+    let Some(mount) = BindMount::new(&home_path.join("state"), &target) else {
+        println!("skipped: this machine does not let the test make a bind mount");
+        stop(&mut shim, &home);
+        return;
+    };
+    assert_all_outside(
+        &data,
+        &[
+            ("FILE_READ", json!({"path": "logs/audit.log"})),
+            ("FILE_DELETE", json!({"path": "logs/audit.log"})),
+            ("FILE_DELETE", json!({"path": "logs", "recursive": true})),
+            ("FILE_LIST", json!({"path": "logs"})),
+        ],
+    );
+    let listed = call(&data, "FILE_LIST", json!({"path": ".", "recursive": true}));
+    let entries = listed["payload"]["entries"].as_array().unwrap();
+    assert!(
+        entries
+            .iter()
+            .all(|e| !e["path"].as_str().unwrap().contains("audit.log")),
+        "{listed}"
+    );
+    drop(mount);
+    assert!(home.audit.exists());
+    stop(&mut shim, &home);
 }

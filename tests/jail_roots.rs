@@ -345,3 +345,55 @@ fn wsl_drive_roots_are_refused_only_on_wsl() {
         );
     }
 }
+
+#[test]
+fn credential_folders_and_what_holds_them_are_refused_with_everything_inside() {
+    let fx = Fx::new();
+    for rel in [
+        ".ssh",
+        ".gnupg",
+        ".aws",
+        ".kube",
+        ".docker",
+        ".local/share/keyrings",
+    ] {
+        let folder = fx.home.join(rel);
+        std::fs::create_dir_all(folder.join("sub")).unwrap();
+        for root in [folder.clone(), folder.join("sub")] {
+            let problem = check_dangerous(&root, &fx.home).unwrap_err();
+            assert!(
+                matches!(problem, RootProblem::SensitiveFolder(ref p, _) if *p == root),
+                "{}: {problem:?}",
+                root.display()
+            );
+            assert!(problem.to_string().contains(rel), "{problem}");
+        }
+    }
+    // ~/.local/share holds the keyrings.
+    assert!(check_dangerous(&fx.home.join(".local/share"), &fx.home).is_err());
+}
+
+#[test]
+fn configuration_folders_are_refused_but_their_subfolders_are_not() {
+    let fx = Fx::new();
+    for rel in [".config", ".local"] {
+        let folder = fx.home.join(rel);
+        std::fs::create_dir_all(folder.join("editor")).unwrap();
+        let problem = check_dangerous(&folder, &fx.home).unwrap_err();
+        assert!(
+            matches!(problem, RootProblem::SensitiveFolder(..)),
+            "{problem:?}"
+        );
+        check_dangerous(&folder.join("editor"), &fx.home).unwrap();
+    }
+}
+
+#[test]
+fn a_link_to_a_credential_folder_is_refused_by_its_target() {
+    let fx = Fx::new();
+    let real = fx.base.join("elsewhere/keys");
+    std::fs::create_dir_all(&real).unwrap();
+    symlink(&real, fx.home.join(".ssh")).unwrap();
+    assert!(check_dangerous(&real, &fx.home).is_err());
+    assert!(check_dangerous(&fx.base.join("elsewhere"), &fx.home).is_err());
+}

@@ -466,7 +466,8 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
     let small = home.path().join("small");
     std::fs::create_dir(&small).unwrap();
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        // A private mount point: a shared (1777) log directory is refused.
+        .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs"])
         .arg(&small)
         .stderr(std::process::Stdio::null())
         .status()
@@ -674,4 +675,84 @@ fn a_proxy_refusal_with_an_html_page_is_reported_with_its_status() {
             "{heads:?}"
         );
     }
+}
+
+/// The one `Preflight failed:` line of a refused start, and it is the last
+/// line (banner and store warnings come before it).
+fn refusal(shim: &Shim) -> String {
+    let stderr = shim.stderr.text();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("Preflight failed: "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert_eq!(stderr.lines().last(), Some(lines[0]), "{stderr}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn legacy_roots_holding_the_shims_files_or_credentials_are_refused() {
+    let home = Home::new();
+    let emulator = emulator();
+    let state = home.path().join("state");
+    let inside = home.path().join("secrets/inner");
+    let ssh = home.path().join(".ssh/keys");
+    for dir in [&state, &inside, &ssh] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    for (root, named) in [
+        (&state, "audit log directory"),
+        (&inside, "secret store directory"),
+        (&ssh, ".ssh"),
+    ] {
+        let env = [("AUTOGPT_SHIM_ALLOWED_ROOT", root.to_str().unwrap())];
+        let mut shim = Shim::start_with_env(&home, &emulator, &env, &[]);
+        assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+        let reason = refusal(&shim);
+        assert!(reason.contains(named), "{reason}");
+    }
+    assert!(emulator.attempts().is_empty());
+    assert!(!home.audit.exists());
+}
+
+#[test]
+fn a_shared_audit_directory_is_refused_and_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let emulator = emulator();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    for shared_mode in [0o1777, 0o777] {
+        let shared = home.path().join(format!("shared-{shared_mode:o}"));
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(shared_mode)).unwrap();
+        let log = shared.join("audit.log");
+        let env = [("AUTOGPT_SHIM_AUDIT_LOG_PATH", log.to_str().unwrap())];
+        let mut shim = Shim::start_with_env(&home, &emulator, &env, &[]);
+        assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+        let reason = refusal(&shim);
+        assert!(reason.contains("shared"), "{reason}");
+        assert_eq!(mode(&shared), shared_mode);
+        assert!(std::fs::read_dir(&shared).unwrap().next().is_none());
+    }
+    assert!(emulator.attempts().is_empty());
+}
+
+#[test]
+fn a_configured_audit_directory_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let emulator = emulator();
+    let logs = home.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let log = logs.join("audit.log");
+    let env = [("AUTOGPT_SHIM_AUDIT_LOG_PATH", log.to_str().unwrap())];
+    let mut shim = Shim::start_with_env(&home, &emulator, &env, &[]);
+    let _connected = connect(&emulator, HelloAck::new());
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&logs), 0o750);
+    // The log itself is the shim's own file: private.
+    assert_eq!(mode(&log), 0o600);
 }

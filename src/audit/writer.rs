@@ -14,7 +14,7 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -222,6 +222,11 @@ pub struct WriterOptions {
     pub stamp: Arc<dyn Fn(i64) -> String + Send + Sync>,
     /// Receives warnings (loose permissions tightened, a failed rotation).
     pub warn: Arc<dyn Fn(&str) + Send + Sync>,
+    /// The log's directory is this shim's own per-OS directory, whose loose
+    /// permissions are tightened. Any other (configured) directory that
+    /// exists is only checked: a shared one is refused and nothing in it is
+    /// changed.
+    pub own_directory: bool,
 }
 
 impl fmt::Debug for WriterOptions {
@@ -247,6 +252,7 @@ impl WriterOptions {
             rotate_on_open: None,
             stamp: Arc::new(crate::timefmt::local_stamp),
             warn: Arc::new(|_| {}),
+            own_directory: false,
         }
     }
 }
@@ -479,12 +485,33 @@ impl State {
             .and_then(|n| n.to_str())
             .ok_or_else(|| AuditError::Open(format!("{} has no usable file name", path.display())))?
             .to_owned();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir_path)
-            .map_err(|e| io_err("cannot create", &dir_path, e))?;
-        tighten(&dir_path, 0o700, &options)?;
+        match std::fs::metadata(&dir_path) {
+            Ok(_) if options.own_directory => tighten(&dir_path, 0o700, &options)?,
+            Ok(meta) => refuse_shared(&dir_path, &meta)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir_path)
+                .map_err(|e| io_err("cannot create", &dir_path, e))?,
+            Err(e) => return Err(io_err("cannot stat", &dir_path, e)),
+        }
+        // Nothing is created next to something that is not a log file (a
+        // device, a link, a directory).
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if !meta.file_type().is_file() => {
+                return Err(AuditError::Open(format!(
+                    "{} is not a regular file",
+                    path.display()
+                )));
+            }
+            Ok(meta) if meta.uid() != rustix::process::geteuid().as_raw() => {
+                return Err(AuditError::Open(format!(
+                    "{} belongs to another user",
+                    path.display()
+                )));
+            }
+            _ => {}
+        }
         let lock_path = dir_path.join(format!(".{name}.lock"));
         let lock = OpenOptions::new()
             .read(true)
@@ -908,8 +935,28 @@ fn open_current(path: &Path, dir: &OwnedFd) -> Result<File, AuditError> {
     }
 }
 
+/// A configured log directory that others can write to or that belongs to
+/// another user is not this shim's to use or to change: refused, untouched.
+fn refuse_shared(dir: &Path, meta: &std::fs::Metadata) -> Result<(), AuditError> {
+    let mode = meta.permissions().mode();
+    let reason = if mode & 0o002 != 0 {
+        "writable by every user"
+    } else if mode & 0o1000 != 0 {
+        "a sticky shared directory"
+    } else if meta.uid() != rustix::process::geteuid().as_raw() {
+        "owned by another user"
+    } else {
+        return Ok(());
+    };
+    Err(AuditError::Open(format!(
+        "the audit log directory {} is shared ({reason}); set audit_log_path to a file in a private directory",
+        dir.display()
+    )))
+}
+
 /// AUDIT.md §1.3: anything granting group/other access is tightened (and
-/// reported); failing to tighten is fatal.
+/// reported); failing to tighten is fatal. Only for the shim's own files and
+/// its own per-OS directory.
 fn tighten(path: &Path, mode: u32, options: &WriterOptions) -> Result<(), AuditError> {
     let meta = std::fs::metadata(path).map_err(|e| io_err("cannot stat", path, e))?;
     if meta.permissions().mode() & 0o077 != 0 {

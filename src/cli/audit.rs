@@ -730,6 +730,7 @@ fn rotate(config: &Config, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8
     // `AUDIT_ROTATED` carries the machine id like every record; a machine
     // whose id cannot be determined writes "-" rather than not rotating.
     options.machine_id = config.machine_id().ok().map(str::to_owned);
+    options.own_directory = config.audit_log_is_default();
     let sink = warnings.clone();
     options.warn = Arc::new(move |warning: &str| {
         if let Ok(mut list) = sink.lock() {

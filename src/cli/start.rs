@@ -38,7 +38,7 @@ use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
 use crate::jail::roots;
-use crate::jail::{Jail, JailOptions};
+use crate::jail::{Jail, JailOptions, ProtectedLocations};
 use crate::log::Log;
 use crate::protocol::Backoff;
 use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens};
@@ -109,9 +109,13 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     };
     let log = Log::stderr(config.log_level);
 
+    // The shim's own directories, placed once: no root may hold them and
+    // no request may reach them, wherever they are moved later.
+    let protected = protected_locations(&config);
+
     // Step 2: the session root (legacy mode only, CLI.md §8).
     let daemon = match &config.mode {
-        Mode::Legacy { session_id } => match legacy_root(&config, stdout, stderr) {
+        Mode::Legacy { session_id } => match legacy_root(&config, &protected, stdout, stderr) {
             Ok(jail) => Daemon::Legacy {
                 session_id: session_id.clone(),
                 jail,
@@ -236,6 +240,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         audit: audit.clone(),
         grant_key,
         revisions,
+        protected,
         log: &log,
         stop: &stop,
     }) {
@@ -259,18 +264,51 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     finish(code)
 }
 
+/// The directories of the configuration file, the state, the audit log,
+/// `tokens.enc` and the data (the legacy audit key, the daemon's logs), as
+/// configured or by per-OS default.
+fn protected_locations(config: &Config) -> ProtectedLocations {
+    let paths = &config.paths;
+    let parent = |file: &std::path::Path| file.parent().map(std::path::Path::to_owned);
+    let locations = [
+        ("configuration directory", parent(&config.config_file)),
+        ("state directory", Some(paths.state_dir.clone())),
+        ("audit log directory", parent(&config.audit_log_path)),
+        (
+            "secret store directory",
+            Some(paths.secret_store_dir.clone()),
+        ),
+        ("data directory", parent(&paths.legacy_audit_key_file)),
+        ("daemon log directory", Some(paths.daemon_log_dir.clone())),
+    ];
+    ProtectedLocations::resolve(
+        locations
+            .iter()
+            .filter_map(|(what, dir)| dir.as_deref().map(|dir| (*what, dir))),
+        &paths.home,
+    )
+}
+
 /// CLI.md §8 for the configured root, then pinned.
 fn legacy_root(
     config: &Config,
+    protected: &ProtectedLocations,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> Result<Arc<Jail>, u8> {
-    let root = match roots::prepare_legacy_root(
+    let prepared = roots::prepare_legacy_root(
         &config.allowed_root,
         config.allowed_root_is_default(),
         &config.paths.home,
         config.host.platform == Some(Platform::Wsl2),
-    ) {
+    )
+    .and_then(|root| {
+        protected
+            .check_root(&root.path)
+            .map_err(roots::RootProblem::Protected)?;
+        Ok(root)
+    });
+    let root = match prepared {
         Ok(root) => root,
         Err(problem) => {
             say!(stderr, "Preflight failed: {problem}");
@@ -280,7 +318,7 @@ fn legacy_root(
     if root.created {
         say!(stdout, "Created allowed_root {}", root.path.display());
     }
-    match Jail::pin(&root.path, jail_options(config)) {
+    match Jail::pin(&root.path, jail_options(config, protected)) {
         Ok(jail) => Ok(Arc::new(jail)),
         Err(e) => {
             say!(stderr, "Preflight failed: {e}");
@@ -289,9 +327,10 @@ fn legacy_root(
     }
 }
 
-fn jail_options(config: &Config) -> JailOptions {
+fn jail_options(config: &Config, protected: &ProtectedLocations) -> JailOptions {
     JailOptions {
         no_xdev: config.jail_no_xdev,
+        protected: protected.clone(),
         ..JailOptions::default()
     }
 }
@@ -308,6 +347,7 @@ struct RunningParts<'a> {
     audit: AuditLog,
     grant_key: GrantKey,
     revisions: Option<Revisions>,
+    protected: ProtectedLocations,
     log: &'a Log,
     stop: &'a Arc<AtomicBool>,
 }
@@ -338,6 +378,7 @@ impl Running {
             audit,
             grant_key,
             revisions,
+            protected,
             log,
             stop,
         } = parts;
@@ -417,7 +458,7 @@ impl Running {
                     log: log.clone(),
                     audit_path: config.audit_log_path.clone(),
                     data_plane: Arc::clone(&data_plane),
-                    jail_options: jail_options(config),
+                    jail_options: jail_options(config, &protected),
                 };
                 let children = Children::new(
                     template,
@@ -434,6 +475,7 @@ impl Running {
                     revisions: revisions.ok_or("the grant revisions were not loaded")?,
                     log: log.clone(),
                     ceilings,
+                    protected: protected.clone(),
                 };
                 let control = Arc::new(ControlPlane::new(settings, children, machine_pool));
                 (
@@ -655,6 +697,7 @@ fn open_audit(
     let mut options = WriterOptions::new(config.audit_log_path.clone(), VERSION);
     options.machine_id = Some(machine_id);
     options.default_session = default_session.map(str::to_owned);
+    options.own_directory = config.audit_log_is_default();
     if origin == KeyOrigin::Created {
         // A new key cannot verify an existing chain: that file is closed off
         // under its own name first (AUDIT.md §7.2).

@@ -184,6 +184,12 @@ impl Config {
         self.allowed_root == self.paths.default_allowed_root
     }
 
+    /// Whether `audit_log_path` is the per-OS default, whose directory is
+    /// the shim's own (AUDIT.md §1.3: only that one is tightened).
+    pub fn audit_log_is_default(&self) -> bool {
+        self.audit_log_path == self.paths.default_audit_log
+    }
+
     /// The machine id (PROTOCOL.md §4.2.1): the configured value verbatim,
     /// else detected once (cached for every clone of this config). Detection
     /// may create `~/.autogpt-local-executor-machine-id`.

@@ -28,7 +28,7 @@ use crate::daemon::handshake::{ConnectionKind, Limits, Negotiated};
 use crate::daemon::limits::WorkPool;
 use crate::daemon::runtime::Plane;
 use crate::daemon::session::{ControlRequests, Serving, now_ts};
-use crate::jail::roots;
+use crate::jail::{ProtectedLocations, roots};
 use crate::log::Log;
 use crate::protocol::{
     Ack, ActivateSession, AttachSession, DetachSession, DirectoryListRequest, ErrorCode,
@@ -102,6 +102,8 @@ pub struct ControlSettings {
     pub log: Log,
     /// The local ceilings before any control handshake.
     pub ceilings: Limits,
+    /// The shim's own directories, never a session root.
+    pub protected: ProtectedLocations,
 }
 
 impl std::fmt::Debug for ControlSettings {
@@ -127,6 +129,7 @@ struct Inner {
     grant_key: GrantKey,
     machine_id: String,
     sources: RootSources,
+    protected: ProtectedLocations,
     audit: AuditLog,
     log: Log,
     ceilings: Mutex<Limits>,
@@ -163,6 +166,7 @@ impl ControlPlane {
                     home: settings.home,
                     wsl: settings.wsl,
                 },
+                protected: settings.protected,
                 audit: settings.audit,
                 log: settings.log,
                 ceilings: Mutex::new(settings.ceilings),
@@ -281,6 +285,22 @@ impl ControlRequests for Inner {
                 ),
             ),
         }
+    }
+}
+
+/// Why a presented grant cannot bind its session.
+#[derive(Debug)]
+enum Unusable {
+    /// §7.4 refused the grant (`ROOT_GRANT_INVALID`).
+    Grant(GrantError),
+    /// The folder is, holds or lies inside one of the shim's own
+    /// directories (`DIRECTORY_UNAVAILABLE`).
+    OwnFiles,
+}
+
+impl From<GrantError> for Unusable {
+    fn from(error: GrantError) -> Self {
+        Unusable::Grant(error)
     }
 }
 
@@ -413,6 +433,7 @@ impl Inner {
             }
         };
         if roots::check_dangerous_for(&resolved.path, &self.sources.home, self.sources.wsl).is_err()
+            || self.holds_own_files(&resolved.path)
         {
             return refuse(ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT);
         }
@@ -524,10 +545,26 @@ impl Inner {
         lock(&self.bindings).remember(binding, |s| live.contains(s))
     }
 
-    /// §7.4 in full for `token` presented for `session`.
-    fn verify_grant(&self, token: &str, session: &str) -> Result<Binding, GrantError> {
+    /// True when `root` is, holds or lies inside one of the shim's own
+    /// directories (logged: the platform only learns that it is refused).
+    fn holds_own_files(&self, root: &std::path::Path) -> bool {
+        match self.protected.check_root(root) {
+            Ok(()) => false,
+            Err(conflict) => {
+                self.log.warn("control", conflict.to_string());
+                true
+            }
+        }
+    }
+
+    /// §7.4 in full for `token` presented for `session`, and the folder must
+    /// hold none of the shim's own files.
+    fn verify_grant(&self, token: &str, session: &str) -> Result<Binding, Unusable> {
         let accepted = grant::verify(&self.grant_key, token, session, &self.machine_id)?;
         let dir = folder::verify_folder(&accepted, &self.sources.home, self.sources.wsl)?;
+        if self.holds_own_files(&dir.path) {
+            return Err(Unusable::OwnFiles);
+        }
         Ok(Binding {
             session_id: session.to_owned(),
             allowed_root: dir.path,
@@ -540,18 +577,18 @@ impl Inner {
         })
     }
 
-    fn grant_refused(&self, id: &str, op: &str, session: &str, error: GrantError) -> Message {
+    /// ACTIVATE or RESTORE refused at the grant check: recorded as `op`
+    /// with the code it is answered with.
+    fn grant_refused(&self, id: &str, op: &str, session: &str, error: Unusable) -> Message {
+        let (code, message) = match error {
+            Unusable::Grant(error) => (ErrorCode::RootGrantInvalid, error.message()),
+            Unusable::OwnFiles => (ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT),
+        };
         let details = Details::new().with("session_id", json!(session));
-        if !self.record(
-            id,
-            op,
-            Some(session),
-            details,
-            failure(ErrorCode::RootGrantInvalid),
-        ) {
+        if !self.record(id, op, Some(session), details, failure(code)) {
             return self.internal(AUDIT_FAILED);
         }
-        handlers::error(ErrorCode::RootGrantInvalid, error.message())
+        handlers::error(code, message)
     }
 
     fn start_error(&self, error: StartError) -> Message {

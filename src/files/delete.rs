@@ -125,6 +125,14 @@ pub(super) fn root_refusal(wire: &str) -> Rejection {
     ))
 }
 
+/// A walk below the root met one of the shim's own directories (moved or
+/// mounted there): it is neither entered nor changed.
+pub(super) fn protected_refusal(wire: &str) -> Rejection {
+    Rejection::outside(format!(
+        "Path '{wire}' holds one of the shim's own directories; refusing to enter it"
+    ))
+}
+
 /// Which filesystem (and, where the kernel reports it, which mount) an
 /// object lives on. Two bind mounts of one filesystem share `st_dev` but
 /// not the mount id, so both are compared when available.
@@ -229,6 +237,9 @@ fn open_level(
     if jail.is_root(st) {
         // Only reachable through a mount of the root inside itself.
         return Err(Step::Reject(root_refusal(shown)));
+    }
+    if jail.is_protected(st) {
+        return Err(Step::Reject(protected_refusal(shown)));
     }
     let fs = FsId::of_entry(parent, name, st);
     if fs.differs(parent_fs) {

@@ -186,8 +186,12 @@ impl Walk<'_> {
                     continue;
                 };
                 // With jail_no_xdev a mount inside the tree (a same-filesystem
-                // bind mount included) is listed but not entered.
+                // bind mount included) is listed but not entered; so is one
+                // of the shim's own directories moved or mounted there.
                 if self.ctx.jail.no_xdev() && !self.ctx.jail.on_root_mount(child.as_fd()) {
+                    continue;
+                }
+                if self.ctx.jail.is_protected(&st) {
                     continue;
                 }
                 let Ok(dir) = Dir::new(child) else { continue };

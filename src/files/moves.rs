@@ -24,7 +24,9 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, Stat, Timest
 use rustix::io::Errno;
 use serde_json::{Value, json};
 
-use super::delete::{FsId, acted_on, boundary_error, delete_tree, open_subdir, root_refusal};
+use super::delete::{
+    FsId, acted_on, boundary_error, delete_tree, open_subdir, protected_refusal, root_refusal,
+};
 use super::write::{open_parent, with_temp_name, write_all};
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
 use crate::audit::Details;
@@ -534,6 +536,9 @@ impl Move<'_> {
                              filesystems copies",
                             self.dst.shown
                         ))));
+                    }
+                    if self.jail.is_protected(&st) {
+                        return Err(Step::Reject(protected_refusal(shown)));
                     }
                     let child_src = open_subdir(from, &name, &st, shown)?;
                     rustix::fs::mkdirat(to, name.as_os_str(), Mode::from_raw_mode(0o700))

@@ -8,6 +8,8 @@
 //!   with `openat2` or the `O_NOFOLLOW` walker.
 //! * `roots` — which directories may be a root at all: the legacy-mode
 //!   preparation of `allowed_root` and the dangerous-root list (CLI.md §8).
+//! * `protected` — the shim's own directories, which no root may be, hold
+//!   or lie inside, and no request path may reach.
 //!
 //! [`Jail`] ties them together and owns the root: opened once, identified by
 //! `(st_dev, st_ino)`, re-checked before every decision. Callers get
@@ -18,6 +20,7 @@
 
 mod enforce;
 pub mod lexical;
+pub mod protected;
 pub mod resolve;
 pub mod roots;
 
@@ -31,6 +34,7 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 pub use enforce::{EnforceError, Resolver};
 pub use lexical::Homes;
+pub use protected::ProtectedLocations;
 pub use resolve::{Filesystem, LinkReader, Resolved};
 
 use crate::protocol::ErrorCode;
@@ -77,6 +81,8 @@ pub struct JailOptions {
     pub homes: Homes,
     /// Use the walker even where `openat2` exists (tests exercise both).
     pub force_walker: bool,
+    /// The shim's own directories: never the root, never reached below it.
+    pub protected: ProtectedLocations,
 }
 
 /// Why a jail could not be created.
@@ -88,6 +94,8 @@ pub enum JailSetupError {
     NotADirectory(PathBuf),
     /// The canonical root is not valid UTF-8, so it cannot be named on the wire.
     NotUnicode(PathBuf),
+    /// The root is, holds or lies inside one of the shim's own directories.
+    Protected(protected::Conflict),
 }
 
 impl fmt::Display for JailSetupError {
@@ -100,6 +108,7 @@ impl fmt::Display for JailSetupError {
             JailSetupError::NotUnicode(p) => {
                 write!(f, "allowed_root {} is not valid UTF-8", p.display())
             }
+            JailSetupError::Protected(conflict) => write!(f, "{conflict}"),
         }
     }
 }
@@ -194,6 +203,12 @@ impl Jail {
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             return Err(JailSetupError::NotADirectory(canonical));
         }
+        // The callers refuse such a root with their own answer first; this
+        // keeps every jail, however it is built, off the shim's own files.
+        options
+            .protected
+            .check_root(&canonical)
+            .map_err(JailSetupError::Protected)?;
         let root_mount = enforce::MountKey::of(fd.as_fd())
             .map_err(|e| JailSetupError::Io(canonical.clone(), e.into()))?;
         let resolver = if options.force_walker {
@@ -285,12 +300,30 @@ impl Jail {
         Ok(())
     }
 
-    /// Layers 1 and 2 with the default (real) filesystem view.
+    /// Layers 1 and 2 with the default (real) filesystem view, then the
+    /// shim's own directories: a path ending in or passing through one is
+    /// refused however it got below the root (renamed or mounted there).
     pub fn decide(&self, wire: &str) -> Result<Decision, Rejection> {
         self.check_root()?;
         let lexical = self.lexical(wire)?;
         let resolved = self.resolve(wire, &lexical)?;
-        self.contain(wire, lexical, resolved)
+        let decision = self.contain(wire, lexical, resolved)?;
+        if let Some(what) = self.options.protected.reached(
+            self.root_fd.as_fd(),
+            self.root_identity(),
+            &decision.remainder,
+        ) {
+            return Err(Rejection::outside(format!(
+                "Path '{wire}' reaches the shim's own {what}"
+            )));
+        }
+        Ok(decision)
+    }
+
+    /// True when `st` is one of the shim's own directories (for walks below
+    /// the root that open directories themselves).
+    pub fn is_protected(&self, st: &Stat) -> bool {
+        self.options.protected.is_protected(st)
     }
 
     /// Layer 2's resolution. A path spelled below the canonical root starts

@@ -1,7 +1,10 @@
 //! Which directories may become a jail root (CLI.md §8): the legacy-mode
 //! preparation of the configured `allowed_root` at start, and the list of
 //! dangerous roots that is also meant for per-chat roots (CONTROL.md §5,
-//! hardening note).
+//! hardening note): the filesystem root, home and its ancestors, system
+//! directories, the user's credential folders (and what holds them) and
+//! configuration folders. The shim's own directories are refused by
+//! `protected`, by identity.
 //!
 //! This module only creates the per-OS default root when it is missing and
 //! otherwise just looks. It must never create a root the user configured
@@ -55,6 +58,23 @@ const SYSTEM_TREES: &[&str] = &["/proc", "/sys", "/dev"];
 #[cfg(target_os = "macos")]
 const SYSTEM_TREES: &[&str] = &[];
 
+/// The user's credential folders, relative to home: refused as roots with
+/// everything inside them and everything holding them (keys and tokens live
+/// there).
+const CREDENTIAL_FOLDERS: &[&str] = &[".ssh", ".gnupg", ".aws", ".kube", ".docker"];
+
+/// The OS keychain folders, relative to home, refused like credential
+/// folders.
+#[cfg(not(target_os = "macos"))]
+const KEYCHAIN_FOLDERS: &[&str] = &[".local/share/keyrings", ".local/share/kwalletd"];
+#[cfg(target_os = "macos")]
+const KEYCHAIN_FOLDERS: &[&str] = &["Library/Keychains"];
+
+/// The user's configuration folders, relative to home: refused as roots
+/// themselves (every program's settings are inside, this shim's included),
+/// while a subfolder that holds none of the shim's own files may be picked.
+const CONFIGURATION_FOLDERS: &[&str] = &[".config", ".local"];
+
 /// Why a root is refused. `Display` is one line naming the path and why.
 #[derive(Debug)]
 pub enum RootProblem {
@@ -71,6 +91,12 @@ pub enum RootProblem {
     /// The canonical root is a system directory or inside `/proc`, `/sys`
     /// or `/dev`.
     SystemDirectory(PathBuf),
+    /// The canonical root is, holds or lies inside the user's credential
+    /// folder (the second path), or is a configuration folder.
+    SensitiveFolder(PathBuf, PathBuf),
+    /// The canonical root is, holds or lies inside one of the shim's own
+    /// directories.
+    Protected(super::protected::Conflict),
     /// Creating, resolving or inspecting the root failed.
     Io(PathBuf, std::io::Error),
     /// The canonical root is not valid UTF-8, so it cannot be named on the
@@ -105,6 +131,13 @@ impl fmt::Display for RootProblem {
             RootProblem::SystemDirectory(p) => {
                 write!(f, "allowed_root {} is a system directory; {HINT}", show(p))
             }
+            RootProblem::SensitiveFolder(p, folder) => write!(
+                f,
+                "allowed_root {} is or holds the credential or configuration folder {}; {HINT}",
+                show(p),
+                show(folder)
+            ),
+            RootProblem::Protected(conflict) => write!(f, "{conflict}"),
             RootProblem::Io(p, e) => {
                 write!(f, "allowed_root {}: {}", show(p), one_line(&e.to_string()))
             }
@@ -194,6 +227,37 @@ fn check_listed(canonical: &Path, home: &Path) -> Result<(), RootProblem> {
     let inside = SYSTEM_TREES.iter().any(|d| canonical.starts_with(d));
     if listed || inside {
         return refuse(RootProblem::SystemDirectory);
+    }
+    check_sensitive(canonical, home, canonical_home.as_deref())
+}
+
+/// The credential and configuration folders of home, each in both
+/// spellings of home and as its link target where it is a link.
+fn check_sensitive(
+    canonical: &Path,
+    home: &Path,
+    canonical_home: Option<&Path>,
+) -> Result<(), RootProblem> {
+    let spellings = |rel: &str| {
+        let mut found = vec![home.join(rel)];
+        found.extend(canonical_home.map(|h| h.join(rel)));
+        found.extend(std::fs::canonicalize(home.join(rel)).ok());
+        found
+    };
+    let refuse = |folder: PathBuf| Err(RootProblem::SensitiveFolder(canonical.to_owned(), folder));
+    for rel in CREDENTIAL_FOLDERS.iter().chain(KEYCHAIN_FOLDERS) {
+        for folder in spellings(rel) {
+            if canonical.starts_with(&folder) || folder.starts_with(canonical) {
+                return refuse(folder);
+            }
+        }
+    }
+    for rel in CONFIGURATION_FOLDERS {
+        for folder in spellings(rel) {
+            if folder.starts_with(canonical) {
+                return refuse(folder);
+            }
+        }
     }
     Ok(())
 }

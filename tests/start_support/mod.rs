@@ -251,12 +251,24 @@ impl Shim {
     /// persistent machine-control mode. The home's `AUTOGPT_SHIM_ALLOWED_ROOT`
     /// is irrelevant there and removed.
     pub fn start_control(home: &Home, emulator: &Emulator, extra: &[&str]) -> Shim {
+        Shim::start_control_with_env(home, emulator, &[], extra)
+    }
+
+    /// [`Shim::start_control`] with additional environment variables on
+    /// top of the home's environment.
+    pub fn start_control_with_env(
+        home: &Home,
+        emulator: &Emulator,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Shim {
         let mut args = platform_args(emulator);
         args.push("start".into());
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut command = home.command(&args);
         command.env_remove("AUTOGPT_SHIM_ALLOWED_ROOT");
+        command.envs(env.iter().copied());
         Shim::spawn(command)
     }
 

@@ -1,0 +1,410 @@
+//! The shim's own locations: the directories of its configuration file, its
+//! state, its audit log, its secret store (`tokens.enc`) and its data. They
+//! are resolved once at start and held open, and are then recognised by
+//! identity (device and inode), wherever they are renamed or mounted later:
+//! no session root may be, contain or lie inside one, and no request path may
+//! end in or pass through one.
+//!
+//! This module only opens directories with `O_PATH` and looks at them. It
+//! never creates or changes anything and never compares path strings to
+//! decide; below a root it only stats, never following a final link, and
+//! leaves opening to enforcement.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+
+use super::identity;
+use crate::text::one_line;
+
+/// Most `..` steps from a protected directory up to `/`; deeper trees are
+/// not real locations of this shim and stop the walk there.
+const MAX_DEPTH: usize = 4096;
+
+/// `(st_dev, st_ino)`.
+type Id = (u64, u64);
+
+/// One protected location as it was found at start.
+#[derive(Debug)]
+struct Place {
+    /// What it is, for messages ("the state directory").
+    what: &'static str,
+    /// Where it was at start, for messages.
+    path: PathBuf,
+    /// The directory itself, or its nearest existing ancestor while it does
+    /// not exist yet (held open so its live position can be walked).
+    anchor: OwnedFd,
+    anchor_id: Id,
+    /// The first missing component below `anchor`; `None` when the
+    /// location exists.
+    missing: Option<OsString>,
+    /// The location is the home directory or one of its ancestors (a
+    /// configuration file kept directly in home): no root may be or hold
+    /// it, but a root below it cannot reach the shim's files there, so
+    /// lying inside it is no conflict.
+    above_home: bool,
+}
+
+impl Place {
+    /// The identity of the location itself where it exists now (created
+    /// since start if it was missing then).
+    fn current_id(&self) -> Option<Id> {
+        match &self.missing {
+            None => Some(self.anchor_id),
+            Some(name) => rustix::fs::statat(&self.anchor, name.as_os_str(), AtFlags::empty())
+                .ok()
+                .filter(is_dir)
+                .map(|st| identity(&st)),
+        }
+    }
+}
+
+/// How a root relates to a protected location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    /// The root is the location.
+    Is,
+    /// The location lies inside the root (or would, once created).
+    Contains,
+    /// The root lies inside the location.
+    Inside,
+}
+
+/// Why a folder cannot be a root: it is, holds or lies inside one of the
+/// shim's own locations. `Display` is one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The refused root.
+    pub root: PathBuf,
+    /// How it relates to the location.
+    pub relation: Relation,
+    /// What the location is.
+    pub what: &'static str,
+    /// Where the location was at start.
+    pub location: PathBuf,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let relation = match self.relation {
+            Relation::Is => "is",
+            Relation::Contains => "contains",
+            Relation::Inside => "lies inside",
+        };
+        write!(
+            f,
+            "allowed_root {} {relation} the shim's {} {}; choose a folder that holds none of the shim's own files",
+            one_line(&self.root.display().to_string()),
+            self.what,
+            one_line(&self.location.display().to_string()),
+        )
+    }
+}
+
+impl std::error::Error for Conflict {}
+
+/// The shim's own locations; cheap to clone, empty by default (tests and
+/// tools that serve no platform).
+#[derive(Debug, Clone, Default)]
+pub struct ProtectedLocations {
+    places: Arc<[Place]>,
+}
+
+impl ProtectedLocations {
+    /// Resolves each `(what, directory)` now: the directory is opened
+    /// (following links, as the shim itself does when it uses it), or, when
+    /// it does not exist yet, its nearest existing ancestor is. Relative
+    /// paths are ignored (configuration makes every path absolute); a
+    /// location met twice (the state and secret store directories are often
+    /// one) is kept once.
+    pub fn resolve<'a>(
+        locations: impl IntoIterator<Item = (&'static str, &'a Path)>,
+        home: &Path,
+    ) -> ProtectedLocations {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let home_line = rustix::fs::open(home, flags, Mode::empty())
+            .map(|fd| lineage(fd.as_fd()))
+            .unwrap_or_default();
+        let mut places: Vec<Place> = Vec::new();
+        for (what, path) in locations {
+            if !path.is_absolute() {
+                continue;
+            }
+            let Some(mut place) = locate(what, path) else {
+                continue;
+            };
+            let same = |p: &Place| p.anchor_id == place.anchor_id && p.missing == place.missing;
+            if places.iter().any(same) {
+                continue;
+            }
+            place.above_home = place.missing.is_none() && home_line.contains(&place.anchor_id);
+            places.push(place);
+        }
+        ProtectedLocations {
+            places: places.into(),
+        }
+    }
+
+    /// True when nothing is protected.
+    pub fn is_empty(&self) -> bool {
+        self.places.is_empty()
+    }
+
+    /// Refuses `root` (a canonical directory) when it is, contains or lies
+    /// inside a protected location, as they are placed now. A root that
+    /// cannot be opened passes: its own checks report it.
+    pub fn check_root(&self, root: &Path) -> Result<(), Conflict> {
+        if self.places.is_empty() {
+            return Ok(());
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(fd) = rustix::fs::open(root, flags, Mode::empty()) else {
+            return Ok(());
+        };
+        let root_line = lineage(fd.as_fd());
+        let Some(&root_id) = root_line.first() else {
+            return Ok(());
+        };
+        let relation = |place: &Place| {
+            if let Some(id) = place.current_id() {
+                if id == root_id {
+                    return Some(Relation::Is);
+                }
+                if root_line.contains(&id) && !place.above_home {
+                    return Some(Relation::Inside);
+                }
+            }
+            // The anchor's live ancestry holds the root: the location is
+            // (or, still missing, would be created) inside it.
+            lineage(place.anchor.as_fd())
+                .contains(&root_id)
+                .then_some(Relation::Contains)
+        };
+        // The closest relation is the one named: a root that is the audit
+        // directory and also holds the state directory "is" the former.
+        let found = self
+            .places
+            .iter()
+            .filter_map(|place| relation(place).map(|r| (r, place)))
+            .min_by_key(|(r, _)| *r != Relation::Is);
+        match found {
+            None => Ok(()),
+            Some((relation, place)) => Err(Conflict {
+                root: root.to_owned(),
+                relation,
+                what: place.what,
+                location: place.path.clone(),
+            }),
+        }
+    }
+
+    /// True when `st` is a protected directory (for walks that open
+    /// directories themselves).
+    pub fn is_protected(&self, st: &Stat) -> bool {
+        is_dir(st) && {
+            let id = identity(st);
+            self.places.iter().any(|p| p.current_id() == Some(id))
+        }
+    }
+
+    /// The protected location `components` end in or pass through below
+    /// `root` (whose identity is `root_id`), if any. Each prefix is looked
+    /// at without following a final link; the walk stops at the first
+    /// component that does not exist or is no directory. The components are
+    /// a decision's canonical remainder, free of links when decided; one
+    /// swapped in since is refused by enforcement, which never follows one.
+    pub fn reached(
+        &self,
+        root: BorrowedFd<'_>,
+        root_id: (u64, u64),
+        components: &[OsString],
+    ) -> Option<&'static str> {
+        if self.places.is_empty() {
+            return None;
+        }
+        let ids: Vec<(Option<Id>, &Place)> =
+            self.places.iter().map(|p| (p.current_id(), p)).collect();
+        let mut dir_id = root_id;
+        let mut prefix: Vec<u8> = Vec::new();
+        for name in components {
+            // A location still missing is reached by its name in its anchor.
+            if let Some((_, place)) = ids.iter().find(|(_, p)| {
+                p.anchor_id == dir_id && p.missing.as_deref() == Some(name.as_os_str())
+            }) {
+                return Some(place.what);
+            }
+            if !prefix.is_empty() {
+                prefix.push(b'/');
+            }
+            prefix.extend_from_slice(name.as_bytes());
+            let st = rustix::fs::statat(root, prefix.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+            if !is_dir(&st) {
+                return None;
+            }
+            dir_id = identity(&st);
+            if let Some((_, place)) = ids.iter().find(|(id, _)| *id == Some(dir_id)) {
+                return Some(place.what);
+            }
+        }
+        None
+    }
+}
+
+fn is_dir(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::Directory
+}
+
+/// Opens `path` or its nearest existing ancestor.
+fn locate(what: &'static str, path: &Path) -> Option<Place> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut missing: Option<&OsStr> = None;
+    for candidate in path.ancestors() {
+        if let Ok(fd) = rustix::fs::open(candidate, flags, Mode::empty()) {
+            let st = rustix::fs::fstat(&fd).ok()?;
+            return Some(Place {
+                what,
+                path: path.to_owned(),
+                anchor: fd,
+                anchor_id: identity(&st),
+                missing: missing
+                    .filter(|m| !m.as_bytes().is_empty())
+                    .map(OsStr::to_owned),
+                above_home: false,
+            });
+        }
+        missing = candidate.file_name();
+    }
+    None
+}
+
+/// The identities of `dir` and of each directory above it up to `/`,
+/// nearest first, found by walking `..` from the descriptor (so a directory
+/// renamed since it was opened is placed where it is now).
+fn lineage(dir: BorrowedFd<'_>) -> Vec<Id> {
+    let mut line = Vec::new();
+    let Ok(st) = rustix::fs::fstat(dir) else {
+        return line;
+    };
+    line.push(identity(&st));
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(mut cur) = rustix::fs::openat(dir, "..", flags, Mode::empty()) else {
+        return line;
+    };
+    for _ in 0..MAX_DEPTH {
+        let Ok(st) = rustix::fs::fstat(&cur) else {
+            break;
+        };
+        let id = identity(&st);
+        // `/..` is `/` itself.
+        if line.last() == Some(&id) {
+            break;
+        }
+        line.push(id);
+        match rustix::fs::openat(&cur, "..", flags, Mode::empty()) {
+            Ok(next) => cur = next,
+            Err(_) => break,
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn fixture() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        (tmp, base)
+    }
+
+    #[test]
+    fn a_root_that_is_holds_or_lies_inside_a_location_is_refused() {
+        let (_tmp, base) = fixture();
+        let state = base.join("a/state");
+        std::fs::create_dir_all(state.join("inner")).unwrap();
+        std::fs::create_dir_all(base.join("b")).unwrap();
+        let protected = ProtectedLocations::resolve([("state directory", state.as_path())], &base);
+        let relation = |p: &Path| protected.check_root(p).map_err(|c| c.relation);
+        assert_eq!(relation(&state), Err(Relation::Is));
+        assert_eq!(relation(&base.join("a")), Err(Relation::Contains));
+        assert_eq!(relation(&state.join("inner")), Err(Relation::Inside));
+        assert_eq!(relation(&base.join("b")), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_location_protects_where_it_would_be_created() {
+        let (_tmp, base) = fixture();
+        std::fs::create_dir_all(base.join("cfg/other")).unwrap();
+        let config = base.join("cfg/app");
+        let protected =
+            ProtectedLocations::resolve([("configuration directory", config.as_path())], &base);
+        let cfg = base.join("cfg");
+        assert_eq!(
+            protected.check_root(&cfg).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+        assert_eq!(protected.check_root(&base.join("cfg/other")), Ok(()));
+        let root = rustix::fs::open(&base, OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&root).unwrap());
+        let path = [OsString::from("cfg"), OsString::from("app")];
+        assert_eq!(
+            protected.reached(root.as_fd(), id, &path),
+            Some("configuration directory")
+        );
+        assert_eq!(protected.reached(root.as_fd(), id, &path[..1]), None);
+    }
+
+    #[test]
+    fn a_location_that_is_home_refuses_only_home_and_above() {
+        let (_tmp, base) = fixture();
+        let home = base.join("home");
+        std::fs::create_dir_all(home.join("project")).unwrap();
+        let protected = ProtectedLocations::resolve(
+            [
+                ("configuration directory", home.as_path()),
+                ("state directory", home.as_path()),
+            ],
+            &home,
+        );
+        assert_eq!(protected.places.len(), 1);
+        assert_eq!(protected.check_root(&home.join("project")), Ok(()));
+        assert_eq!(
+            protected.check_root(&home).map_err(|c| c.relation),
+            Err(Relation::Is)
+        );
+        assert_eq!(
+            protected.check_root(&base).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+    }
+
+    #[test]
+    fn a_renamed_location_is_still_recognised() {
+        let (_tmp, base) = fixture();
+        let state = base.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(base.join("root/sub")).unwrap();
+        let protected = ProtectedLocations::resolve([("state directory", state.as_path())], &base);
+        let root = base.join("root");
+        assert_eq!(protected.check_root(&root), Ok(()));
+        std::fs::rename(&state, root.join("sub/moved")).unwrap();
+        assert_eq!(
+            protected.check_root(&root).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+        let fd = rustix::fs::open(&root, OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&fd).unwrap());
+        let path = [OsString::from("sub"), OsString::from("moved")];
+        assert_eq!(
+            protected.reached(fd.as_fd(), id, &path),
+            Some("state directory")
+        );
+    }
+}
