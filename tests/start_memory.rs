@@ -7,8 +7,10 @@
 
 mod start_support;
 
-use autogpt_shim_emulator::{Conn, HelloAck, RawMessage};
+use std::time::{Duration, Instant};
 
+use autogpt_shim_emulator::{Conn, HelloAck, RawMessage};
+use serde_json::json;
 use start_support::*;
 
 const MIB: u64 = 1024 * 1024;
@@ -37,6 +39,39 @@ fn peak_rss(pid: i32) -> u64 {
 fn settle(conn: &Conn) {
     let id = conn.ping().unwrap();
     assert!(conn.wait_response(&id, WAIT).is_some(), "no PONG");
+}
+
+#[test]
+fn a_platform_reading_slowly_cannot_make_the_daemon_buffer_its_responses() {
+    let home = Home::new();
+    std::fs::write(home.root.join("big.bin"), vec![0x5a; 10 * 1024 * 1024]).unwrap();
+    let emulator = emulator();
+    let shim = Shim::start(&home, &emulator, &[]);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    settle(&conn);
+    let idle = peak_rss(shim.pid());
+
+    // 16 KiB every 2 s is well inside the write-stall timeout: the
+    // connection stays up while every response waits for the platform.
+    conn.read_slowly(16 * 1024, Duration::from_secs(2));
+    let path = home.root.join("big.bin");
+    let path = path.to_str().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        conn.request(
+            "FILE_READ",
+            json!({"path": path, "encoding": "base64", "format": "bytes"}),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let grown = peak_rss(shim.pid()).saturating_sub(idle);
+    assert!(
+        grown < 192 * MIB,
+        "the daemon grew by {} MiB while the platform read slowly\n{}",
+        grown / MIB,
+        shim.output()
+    );
 }
 
 #[test]

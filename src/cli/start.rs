@@ -391,6 +391,7 @@ impl Running {
                     data: data_plane(jail),
                     activity: None,
                     machine_pool: None,
+                    machine_bytes: None,
                 }),
                 None,
             ),
