@@ -344,6 +344,8 @@ impl Running {
             .and_then(|exe| Spawner::start(&exe))
             .map(Arc::new)
             .map_err(|e| format!("cannot start the command spawner: {e}"))?;
+        // Workers build and free frames of up to 16 MiB on many threads.
+        sys::return_large_allocations();
         let pool = Pool::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;

@@ -22,9 +22,11 @@ use crate::protocol::MAX_WEBSOCKET_MESSAGE_BYTES;
 const MAX_FRAME: u64 = MAX_WEBSOCKET_MESSAGE_BYTES as u64;
 
 /// Bytes of responses one connection may have waiting before it stops
-/// admitting work: two of the largest frames, one being written and one
-/// ready behind it.
-pub const CONNECTION_BACKLOG_BYTES: u64 = 2 * MAX_FRAME;
+/// admitting work: one of the largest frames. A request that passed the
+/// check before the limit was reached still sends its response, so what
+/// waits is about two of the largest frames: one being written, one ready
+/// behind it.
+pub const CONNECTION_BACKLOG_BYTES: u64 = MAX_FRAME;
 
 /// Bytes of responses all child runtimes together may have waiting before
 /// every child stops admitting work: one largest frame for each of as many
@@ -185,13 +187,14 @@ mod tests {
     #[test]
     fn a_held_frame_counts_until_dropped_even_past_the_limit() {
         let backlog = Backlog::new(None);
-        let big = backlog.hold(MAX_WEBSOCKET_MESSAGE_BYTES);
+        let half = MAX_WEBSOCKET_MESSAGE_BYTES / 2;
+        let first = backlog.hold(half);
         assert!(!backlog.is_full());
-        let second = backlog.hold(MAX_WEBSOCKET_MESSAGE_BYTES);
+        let second = backlog.hold(half);
         assert!(backlog.is_full());
-        let third = backlog.hold(10);
-        assert_eq!(backlog.used(), CONNECTION_BACKLOG_BYTES + 10);
-        drop((big, third));
+        let third = backlog.hold(MAX_WEBSOCKET_MESSAGE_BYTES);
+        assert_eq!(backlog.used(), CONNECTION_BACKLOG_BYTES + MAX_FRAME);
+        drop((first, third));
         assert!(!backlog.is_full());
         drop(second);
         assert_eq!(backlog.used(), 0);
@@ -214,21 +217,22 @@ mod tests {
 
     #[test]
     fn the_machine_budget_covers_every_connection_that_shares_it() {
-        let machine = ByteBudget::new(3 * MAX_FRAME);
+        let third = MAX_WEBSOCKET_MESSAGE_BYTES / 3;
+        let machine = ByteBudget::new(MAX_FRAME);
         let a = Backlog::new(Some(machine.clone()));
         let b = Backlog::new(Some(machine.clone()));
-        let a1 = a.hold(MAX_WEBSOCKET_MESSAGE_BYTES);
-        let b1 = b.hold(MAX_WEBSOCKET_MESSAGE_BYTES);
+        let a1 = a.hold(third);
+        let b1 = b.hold(third);
         assert!(!a.is_full() && !b.is_full());
-        let b2 = b.hold(MAX_WEBSOCKET_MESSAGE_BYTES);
-        // b is full on its own; a only because of the machine.
+        let b2 = b.hold(third + 1);
+        // Neither connection is full on its own: the machine is.
         assert!(b.is_full());
         assert!(a.is_full());
         assert!(
             a.try_hold_reply(REPLY_HEADROOM_BYTES as usize + 1)
                 .is_none()
         );
-        assert_eq!(a.used(), MAX_FRAME);
+        assert_eq!(a.used(), third as u64);
         drop(b2);
         assert!(!a.is_full());
         drop((a1, b1));
