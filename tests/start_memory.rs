@@ -9,37 +9,11 @@ mod start_support;
 
 use std::time::{Duration, Instant};
 
-use autogpt_shim_emulator::{Conn, HelloAck, RawMessage};
+use autogpt_shim_emulator::{HelloAck, RawMessage};
 use serde_json::json;
 use start_support::*;
 
 const MIB: u64 = 1024 * 1024;
-
-/// The largest WebSocket message (PROTOCOL.md §1.4).
-const MAX_MESSAGE: usize = 16 * 1024 * 1024;
-
-/// The daemon's peak resident set so far, in bytes.
-fn peak_rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmHWM:"))
-        .expect("VmHWM in /proc/<pid>/status");
-    let kib: u64 = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kib * 1024
-}
-
-/// A round trip, so everything sent before it has been read.
-fn settle(conn: &Conn) {
-    let id = conn.ping().unwrap();
-    assert!(conn.wait_response(&id, WAIT).is_some(), "no PONG");
-}
 
 #[test]
 fn a_platform_reading_slowly_cannot_make_the_daemon_buffer_its_responses() {
@@ -49,7 +23,7 @@ fn a_platform_reading_slowly_cannot_make_the_daemon_buffer_its_responses() {
     let shim = Shim::start(&home, &emulator, &[]);
     let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
     settle(&conn);
-    let idle = peak_rss(shim.pid());
+    let idle = peak_baseline(shim.pid());
 
     // 16 KiB every 2 s is well inside the write-stall timeout: the
     // connection stays up while every response waits for the platform.
@@ -84,16 +58,9 @@ fn one_frame_of_many_small_values_costs_a_small_multiple_of_its_size() {
         (shim, conn)
     };
     settle(&conn);
-    let idle = peak_rss(shim.pid());
+    let idle = peak_baseline(shim.pid());
 
-    let head = r#"{"type":"FILE_STAT","id":"zeros","ts":1.0,"payload":{"path":["#;
-    let tail = "0]}}";
-    let mut frame = String::with_capacity(MAX_MESSAGE);
-    frame.push_str(head);
-    while frame.len() + 2 + tail.len() <= MAX_MESSAGE {
-        frame.push_str("0,");
-    }
-    frame.push_str(tail);
+    let frame = frame_of_zeros();
     assert!(frame.len() <= MAX_MESSAGE);
     conn.send_raw(RawMessage::Text(frame)).unwrap();
     settle(&conn);
