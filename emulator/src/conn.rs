@@ -288,7 +288,15 @@ impl Conn {
         self.pace
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .set(ReadPace { bytes, interval });
+            .set(Some(ReadPace { bytes, interval }));
+    }
+
+    /// Reads at full speed again after [`Conn::read_slowly`].
+    pub fn read_normally(&self) {
+        self.pace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(None);
     }
 
     /// Sends one JSON frame as a text message.

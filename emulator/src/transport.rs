@@ -37,10 +37,10 @@ pub(crate) struct PaceState {
 }
 
 impl PaceState {
-    /// Reads at `pace` from now on.
-    pub(crate) fn set(&mut self, pace: ReadPace) {
+    /// Reads at `pace` from now on (`None`: as fast as the socket allows).
+    pub(crate) fn set(&mut self, pace: Option<ReadPace>) {
         *self = PaceState {
-            pace: Some(pace),
+            pace,
             window_start: None,
             used: 0,
         };

@@ -34,8 +34,9 @@ pub const CONNECTION_BACKLOG_BYTES: u64 = MAX_FRAME;
 pub const MACHINE_BACKLOG_BYTES: u64 = 8 * MAX_FRAME;
 
 /// What the small frames the reader makes on its own (a `PONG`, a refusal,
-/// an `ERROR` for an invalid request, a `STATUS`) may use beyond a full
-/// limit. When even that is used up the platform has not read for a long
+/// an `ERROR` for an invalid request, a `STATUS`) may have waiting on one
+/// connection, whatever the responses use. They count towards the limits
+/// as well; when this is used up the platform has not read for a long
 /// time, and such a frame is dropped.
 pub const REPLY_HEADROOM_BYTES: u64 = 1024 * 1024;
 
@@ -76,13 +77,13 @@ impl ByteBudget {
         self.shared.used.fetch_add(bytes, Ordering::SeqCst);
     }
 
-    /// Adds `bytes` unless that would pass the limit plus `headroom`.
-    fn try_add(&self, bytes: u64, headroom: u64) -> bool {
-        let ceiling = self.shared.limit.saturating_add(headroom);
+    /// Adds `bytes` unless that would pass the limit.
+    fn try_add(&self, bytes: u64) -> bool {
+        let limit = self.shared.limit;
         self.shared
             .used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
-                used.checked_add(bytes).filter(|&after| after <= ceiling)
+                used.checked_add(bytes).filter(|&after| after <= limit)
             })
             .is_ok()
     }
@@ -100,11 +101,13 @@ impl ByteBudget {
 }
 
 /// The budgets one connection's outbound frames count against: its own,
-/// and for a child runtime the one all children share.
+/// and for a child runtime the one all children share; the reader's own
+/// small frames also against a cap of their own.
 #[derive(Debug, Clone)]
 pub struct Backlog {
     connection: ByteBudget,
     machine: Option<ByteBudget>,
+    replies: ByteBudget,
 }
 
 impl Backlog {
@@ -114,6 +117,7 @@ impl Backlog {
         Backlog {
             connection: ByteBudget::new(CONNECTION_BACKLOG_BYTES),
             machine,
+            replies: ByteBudget::new(REPLY_HEADROOM_BYTES),
         }
     }
 
@@ -131,7 +135,18 @@ impl Backlog {
     /// Counts a frame that already exists (a worker's response), whatever
     /// the limits say.
     pub fn hold(&self, bytes: usize) -> Held {
+        self.count(bytes as u64, false)
+    }
+
+    /// Counts a small frame the reader makes on its own if the replies
+    /// waiting leave room for it within [`REPLY_HEADROOM_BYTES`], however
+    /// full the limits are; `None`: drop the frame.
+    pub fn try_hold_reply(&self, bytes: usize) -> Option<Held> {
         let bytes = bytes as u64;
+        self.replies.try_add(bytes).then(|| self.count(bytes, true))
+    }
+
+    fn count(&self, bytes: u64, reply: bool) -> Held {
         self.connection.add(bytes);
         if let Some(machine) = &self.machine {
             machine.add(bytes);
@@ -139,26 +154,8 @@ impl Backlog {
         Held {
             backlog: self.clone(),
             bytes,
+            reply,
         }
-    }
-
-    /// Counts a small frame the reader makes on its own, if it fits within
-    /// the limits plus [`REPLY_HEADROOM_BYTES`]; `None`: drop the frame.
-    pub fn try_hold_reply(&self, bytes: usize) -> Option<Held> {
-        let bytes = bytes as u64;
-        if !self.connection.try_add(bytes, REPLY_HEADROOM_BYTES) {
-            return None;
-        }
-        if let Some(machine) = &self.machine {
-            if !machine.try_add(bytes, REPLY_HEADROOM_BYTES) {
-                self.connection.sub(bytes);
-                return None;
-            }
-        }
-        Some(Held {
-            backlog: self.clone(),
-            bytes,
-        })
     }
 }
 
@@ -169,6 +166,8 @@ impl Backlog {
 pub struct Held {
     backlog: Backlog,
     bytes: u64,
+    /// Counted against the replies' cap too.
+    reply: bool,
 }
 
 impl Drop for Held {
@@ -176,6 +175,9 @@ impl Drop for Held {
         self.backlog.connection.sub(self.bytes);
         if let Some(machine) = &self.backlog.machine {
             machine.sub(self.bytes);
+        }
+        if self.reply {
+            self.backlog.replies.sub(self.bytes);
         }
     }
 }
@@ -201,17 +203,21 @@ mod tests {
     }
 
     #[test]
-    fn replies_use_only_the_headroom_beyond_a_full_limit() {
+    fn replies_have_their_own_headroom_however_far_past_the_limit_responses_are() {
         let backlog = Backlog::new(None);
-        let full = backlog.hold(CONNECTION_BACKLOG_BYTES as usize);
+        let past = backlog.hold(3 * CONNECTION_BACKLOG_BYTES as usize);
         let headroom = REPLY_HEADROOM_BYTES as usize;
         let reply = backlog
             .try_hold_reply(headroom)
             .expect("within the headroom");
+        assert_eq!(
+            backlog.used(),
+            3 * CONNECTION_BACKLOG_BYTES + REPLY_HEADROOM_BYTES
+        );
         assert!(backlog.try_hold_reply(1).is_none());
         drop(reply);
         assert!(backlog.try_hold_reply(1).is_some());
-        drop(full);
+        drop(past);
         assert_eq!(backlog.used(), 0);
     }
 
@@ -228,10 +234,6 @@ mod tests {
         // Neither connection is full on its own: the machine is.
         assert!(b.is_full());
         assert!(a.is_full());
-        assert!(
-            a.try_hold_reply(REPLY_HEADROOM_BYTES as usize + 1)
-                .is_none()
-        );
         assert_eq!(a.used(), third as u64);
         drop(b2);
         assert!(!a.is_full());
