@@ -22,15 +22,15 @@ use crate::protocol::MAX_WEBSOCKET_MESSAGE_BYTES;
 const MAX_FRAME: u64 = MAX_WEBSOCKET_MESSAGE_BYTES as u64;
 
 /// Bytes of responses one connection may have waiting before it stops
-/// admitting work: one of the largest frames. A request that passed the
-/// check before the limit was reached still sends its response, so what
-/// waits is about two of the largest frames: one being written, one ready
-/// behind it.
+/// admitting work: one of the largest frames. Requests already running when
+/// the limit is reached still send their responses, so against a platform
+/// that does not read, one response is being written and about one more
+/// waits behind it.
 pub const CONNECTION_BACKLOG_BYTES: u64 = MAX_FRAME;
 
 /// Bytes of responses all child runtimes together may have waiting before
-/// every child stops admitting work: one largest frame for each of as many
-/// children as a platform usually keeps busy at once.
+/// every child stops admitting work: one of the largest frames for each of
+/// the eight children that may run at once.
 pub const MACHINE_BACKLOG_BYTES: u64 = 8 * MAX_FRAME;
 
 /// What the small frames the reader makes on its own (a `PONG`, a refusal,
