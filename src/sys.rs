@@ -4,9 +4,10 @@
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
 //! default action of killing the process; the pre-exec hook that puts a
 //! command in its own session and working directory (EXEC.md §6); the
-//! inode-generation query that folder identities use (CONTROL.md §6); and
+//! inode-generation query that folder identities use (CONTROL.md §6);
 //! taking a secret variable out of the process environment, including the
-//! initial environment block the kernel shows in `/proc/<pid>/environ`.
+//! initial environment block the kernel shows in `/proc/<pid>/environ`; and
+//! the C allocator's threshold for giving large allocations back.
 //!
 //! This is the one module allowed `unsafe` (CLI.md §4.2 hardening note:
 //! SIGTERM is what service managers send). Every block carries a `SAFETY`
@@ -353,3 +354,29 @@ pub fn inode_generation(fd: BorrowedFd<'_>) -> Option<u64> {
 pub fn inode_generation(_fd: BorrowedFd<'_>) -> Option<u64> {
     None
 }
+
+/// Allocations of at least this many bytes get a mapping of their own.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const LARGE_ALLOCATION: libc::c_int = 1 << 20;
+
+/// Makes the C allocator give every allocation of [`LARGE_ALLOCATION`]
+/// bytes or more a mapping of its own, returned to the system when it is
+/// freed. glibc otherwise raises that threshold after the first large free
+/// and serves later large blocks from per-thread arenas that keep their
+/// pages: twenty workers each keeping the pages of the largest response it
+/// once built would hold hundreds of megabytes that nothing uses. Call it
+/// before the workers start.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn return_large_allocations() {
+    // SAFETY: mallopt only changes a tuning parameter of the allocator,
+    // under the allocator's own lock; it takes no pointers. A refusal
+    // (return value 0) leaves the default behaviour, which is still correct.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, LARGE_ALLOCATION);
+    }
+}
+
+/// Other C libraries (musl among them) already map large allocations on
+/// their own and unmap them when freed.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn return_large_allocations() {}

@@ -40,42 +40,6 @@ fn error_code(reply: &Value) -> &str {
     reply["payload"]["code"].as_str().unwrap()
 }
 
-/// Browses from the virtual roots into the home directory and returns the
-/// browse id and the reference of the home entry named `name`.
-fn reference_to(conn: &Conn, home: &Path, name: &str) -> (String, String) {
-    let roots = call(
-        conn,
-        "DIRECTORY_LIST_REQUEST",
-        json!({"browse_id": null, "directory_ref": null}),
-    );
-    assert_eq!(roots["type"], "DIRECTORY_LIST_RESPONSE", "{roots}");
-    let payload = &roots["payload"];
-    let browse = payload["browse_id"].as_str().unwrap().to_owned();
-    let home_entry = &payload["entries"][0];
-    assert_eq!(home_entry["path"], home.to_str().unwrap());
-    let home_ref = home_entry["directory_ref"].as_str().unwrap();
-    let reference = reference_below(conn, &browse, home_ref, name);
-    (browse, reference)
-}
-
-/// Lists the folder `directory` of `browse` and returns the reference of
-/// its entry named `name`.
-fn reference_below(conn: &Conn, browse: &str, directory: &str, name: &str) -> String {
-    let listing = call(
-        conn,
-        "DIRECTORY_LIST_REQUEST",
-        json!({"browse_id": browse, "directory_ref": directory}),
-    );
-    let entry = listing["payload"]["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == name)
-        .unwrap_or_else(|| panic!("{name} not listed: {listing}"))
-        .clone();
-    entry["directory_ref"].as_str().unwrap().to_owned()
-}
-
 fn attach(conn: &Conn, session: &str, browse: &str, reference: &str) -> Value {
     call(
         conn,

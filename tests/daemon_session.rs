@@ -132,6 +132,7 @@ fn setup_limited(
         audit_path: audit_path.clone(),
         activity: None,
         machine_pool: None,
+        machine_bytes: None,
     };
     (setup, log, root, audit_path)
 }

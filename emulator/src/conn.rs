@@ -27,7 +27,7 @@ use tungstenite::protocol::frame::{CloseFrame, Frame};
 use tungstenite::{Message, WebSocket};
 
 use crate::hello::{ConnKind, HelloAck, HelloError, hello_problems};
-use crate::transport::Transport;
+use crate::transport::{PaceState, ReadPace, Transport};
 use crate::wire;
 
 /// Socket read timeout of the I/O thread, and so the longest a queued send
@@ -179,6 +179,7 @@ pub struct Conn {
     info: RequestInfo,
     commands: Sender<Command>,
     shared: Arc<Shared>,
+    pace: Arc<Mutex<PaceState>>,
     hello: Mutex<Option<Value>>,
     auto_handshake_error: Mutex<Option<HelloError>>,
 }
@@ -201,6 +202,7 @@ impl Conn {
         let (commands, command_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
         let io_shared = Arc::clone(&shared);
+        let pace = ws.get_ref().pace_handle();
         thread::Builder::new()
             .name(format!("emulator-conn-{}", info.serial))
             .spawn(move || run_io(ws, &command_rx, &io_shared))?;
@@ -208,6 +210,7 @@ impl Conn {
             info,
             commands,
             shared,
+            pace,
             hello: Mutex::new(None),
             auto_handshake_error: Mutex::new(None),
         })
@@ -276,6 +279,24 @@ impl Conn {
             wire::frame_id(frame) == Some(id)
                 && wire::frame_type(frame) != Some("LOCAL_LLM_COMPLETION_CHUNK")
         })
+    }
+
+    /// From now on takes at most `bytes` of what the shim sends per
+    /// `interval`, like a platform that reads its socket slowly; the rest
+    /// waits in the socket. Sending is not slowed.
+    pub fn read_slowly(&self, bytes: usize, interval: Duration) {
+        self.pace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(Some(ReadPace { bytes, interval }));
+    }
+
+    /// Reads at full speed again after [`Conn::read_slowly`].
+    pub fn read_normally(&self) {
+        self.pace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(None);
     }
 
     /// Sends one JSON frame as a text message.

@@ -6,8 +6,9 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rustls::{ServerConnection, StreamOwned};
 
@@ -16,15 +17,66 @@ enum Stream {
     Tls(Box<StreamOwned<ServerConnection, TcpStream>>),
 }
 
+/// A cap on how fast the emulator takes what the shim sends: at most
+/// `bytes` per `interval`, the way a platform that reads its socket slowly
+/// behaves. What is not taken stays in the socket, so the shim's writes back
+/// up exactly as they would against such a platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadPace {
+    pub(crate) bytes: usize,
+    pub(crate) interval: Duration,
+}
+
+/// The pace in force and what the current interval has used of it; shared
+/// between the connection's I/O thread and the test that sets it.
+#[derive(Debug, Default)]
+pub(crate) struct PaceState {
+    pace: Option<ReadPace>,
+    window_start: Option<Instant>,
+    used: usize,
+}
+
+impl PaceState {
+    /// Reads at `pace` from now on (`None`: as fast as the socket allows).
+    pub(crate) fn set(&mut self, pace: Option<ReadPace>) {
+        *self = PaceState {
+            pace,
+            window_start: None,
+            used: 0,
+        };
+    }
+
+    /// How many bytes may be read now (`None`: no limit), opening a new
+    /// interval when the last one is over.
+    fn allowance(&mut self, now: Instant) -> Option<usize> {
+        let pace = self.pace?;
+        let start = *self.window_start.get_or_insert(now);
+        if now.duration_since(start) >= pace.interval {
+            self.window_start = Some(now);
+            self.used = 0;
+        }
+        Some(pace.bytes.saturating_sub(self.used))
+    }
+
+    /// What is left of the current interval.
+    fn rest_of_interval(&self, now: Instant) -> Duration {
+        match (self.pace, self.window_start) {
+            (Some(pace), Some(start)) => pace.interval.saturating_sub(now.duration_since(start)),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
 /// One accepted connection's byte stream.
 ///
-/// Writes can be *muted*: the upgrade behaviours that must leave an HTTP
+/// Reads can be *paced* (see [`ReadPace`]). Writes can be *muted*: the upgrade behaviours that must leave an HTTP
 /// request unanswered (`UpgradeBehaviour::DropConnection`, `Hang`) run
 /// inside tungstenite's handshake, which always writes a response; muting
 /// turns that write into an error so nothing reaches the client.
 pub(crate) struct Transport {
     stream: Stream,
     muted: Arc<AtomicBool>,
+    pace: Arc<Mutex<PaceState>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -45,6 +97,7 @@ impl Transport {
         Transport {
             stream: Stream::Plain(tcp),
             muted: Arc::new(AtomicBool::new(false)),
+            pace: Arc::default(),
         }
     }
 
@@ -52,12 +105,18 @@ impl Transport {
         Transport {
             stream: Stream::Tls(Box::new(tls)),
             muted: Arc::new(AtomicBool::new(false)),
+            pace: Arc::default(),
         }
     }
 
     /// The switch that mutes this transport's writes.
     pub(crate) fn mute_switch(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.muted)
+    }
+
+    /// The handle that sets this transport's read pace.
+    pub(crate) fn pace_handle(&self) -> Arc<Mutex<PaceState>> {
+        Arc::clone(&self.pace)
     }
 
     pub(crate) fn tcp(&self) -> &TcpStream {
@@ -86,12 +145,30 @@ impl Transport {
     }
 }
 
+/// The longest a paced read that has used up its interval sleeps before it
+/// reports `WouldBlock`, so queued sends are not held up.
+const PACED_NAP: Duration = Duration::from_millis(5);
+
 impl Read for Transport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match &mut self.stream {
-            Stream::Plain(tcp) => tcp.read(buf),
-            Stream::Tls(tls) => tls.read(buf),
-        }
+        let now = Instant::now();
+        let mut pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
+        let len = match pace.allowance(now) {
+            None => buf.len(),
+            Some(0) => {
+                let nap = pace.rest_of_interval(now).min(PACED_NAP);
+                drop(pace);
+                std::thread::sleep(nap);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Some(allowed) => buf.len().min(allowed),
+        };
+        let n = match &mut self.stream {
+            Stream::Plain(tcp) => tcp.read(&mut buf[..len])?,
+            Stream::Tls(tls) => tls.read(&mut buf[..len])?,
+        };
+        pace.used = pace.used.saturating_add(n);
+        Ok(n)
     }
 }
 

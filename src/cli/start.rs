@@ -392,6 +392,8 @@ impl Running {
         } else {
             log.info("exec", containment);
         }
+        // Workers build and free frames of up to 16 MiB on many threads.
+        sys::return_large_allocations();
         let pool = Pool::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;
@@ -439,6 +441,7 @@ impl Running {
                     data: data_plane(jail),
                     activity: None,
                     machine_pool: None,
+                    machine_bytes: None,
                 }),
                 None,
             ),

@@ -1,7 +1,8 @@
 //! Per-chat child runtimes (CONTROL.md §10): each one a complete data
 //! connection for one session, on its own thread, with its own stop flag;
 //! at most eight live; stopped on DETACH, idle, replacement, control
-//! reconnect and daemon stop.
+//! reconnect and daemon stop. The children share the machine work pool and
+//! one byte budget for the responses waiting on all of them.
 //!
 //! A child's root comes only from a verified binding, and is pinned again
 //! when the child starts: if the folder's device and inode are not the ones
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::bindings::Binding;
 use crate::audit::AuditLog;
+use crate::daemon::backlog::{ByteBudget, MACHINE_BACKLOG_BYTES};
 use crate::daemon::handshake::{Identity, Limits, Probes};
 use crate::daemon::limits::WorkPool;
 use crate::daemon::pool::Pool;
@@ -98,6 +100,8 @@ pub struct Children {
     template: ChildTemplate,
     pool: Arc<Pool>,
     machine_pool: Arc<WorkPool>,
+    /// Bytes of responses waiting on all children together.
+    machine_bytes: ByteBudget,
     live: Mutex<HashMap<String, Child>>,
     next_id: AtomicU64,
     /// A failure that ends the daemon, and the daemon's stop flag to raise.
@@ -126,6 +130,7 @@ impl Children {
             template,
             pool,
             machine_pool,
+            machine_bytes: ByteBudget::new(MACHINE_BACKLOG_BYTES),
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             fatal: Arc::new(Mutex::new(None)),
@@ -241,6 +246,7 @@ impl Children {
             data: (t.data_plane)(Arc::new(jail)),
             activity: Some(Arc::clone(activity)),
             machine_pool: Some(Arc::clone(&self.machine_pool)),
+            machine_bytes: Some(self.machine_bytes.clone()),
         };
         Ok(Session {
             url: t.endpoints.session_url(&binding.session_id),

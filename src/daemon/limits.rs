@@ -64,6 +64,10 @@ pub enum Overloaded {
         /// The configured `max_screenshots_per_minute`.
         per_minute: u32,
     },
+    /// The responses waiting to be sent on this connection (or on all
+    /// child runtimes together) have reached their byte limit: the platform
+    /// is not reading them (see [`super::backlog`]).
+    Backlog,
 }
 
 impl Overloaded {
@@ -80,6 +84,9 @@ impl Overloaded {
             }
             Overloaded::ScreenshotRate { per_minute } => {
                 format!("Screenshot rate limit exceeded ({per_minute}/minute).")
+            }
+            Overloaded::Backlog => {
+                "The local executor has too many unread responses waiting to be sent.".to_owned()
             }
         }
     }
@@ -440,6 +447,25 @@ impl Admitted {
         self.holds_slot = true;
     }
 
+    /// The `pending_capacity` this request's response carries: the
+    /// capacity once it has released its slot, which it does only when the
+    /// response is handed to the socket (§9.1).
+    pub fn capacity_after_release(&self) -> u64 {
+        let mut counters = *lock(&self.shared.counters);
+        self.remove_from(&mut counters);
+        counters.pending_capacity(self.shared.max_concurrent)
+    }
+
+    /// Takes this request out of `counters`.
+    fn remove_from(&self, counters: &mut Counters) {
+        counters.pending = counters.pending.saturating_sub(1);
+        if self.holds_slot {
+            counters.in_flight = counters.in_flight.saturating_sub(1);
+        } else {
+            counters.queued = counters.queued.saturating_sub(1);
+        }
+    }
+
     /// Ends the request: decrements `P` and frees its slot, and reports the
     /// capacity to stamp on the response and whether an edge `STATUS` is due
     /// (saturation is judged before the release, §9.2).
@@ -452,12 +478,7 @@ impl Admitted {
         let max_concurrent = self.shared.max_concurrent;
         let mut counters = lock(&self.shared.counters);
         let edge_status = counters.is_saturated(max_concurrent);
-        counters.pending = counters.pending.saturating_sub(1);
-        if self.holds_slot {
-            counters.in_flight = counters.in_flight.saturating_sub(1);
-        } else {
-            counters.queued = counters.queued.saturating_sub(1);
-        }
+        self.remove_from(&mut counters);
         self.released = true;
         Released {
             pending_capacity: counters.pending_capacity(max_concurrent),
@@ -924,6 +945,7 @@ mod tests {
             ticket.take_slot();
         }
         let ours = tickets.pop().expect("ours");
+        assert_eq!(ours.capacity_after_release(), 1);
         let released = ours.finish();
         assert_eq!(released.pending_capacity, 1);
         assert!(released.edge_status);

@@ -10,6 +10,7 @@
 //! durable before the response is queued. [`handshake`] and [`limits`] are
 //! sans-IO: they take frames, settings and `Instant`s and return decisions.
 
+pub mod backlog;
 pub mod handlers;
 pub mod handshake;
 pub mod limits;

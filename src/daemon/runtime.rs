@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use zeroize::Zeroizing;
 
+use super::backlog::ByteBudget;
 use super::handshake::{
     self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
 };
@@ -82,6 +83,10 @@ pub trait Plane: Send + Sync {
     fn machine_pool(&self) -> Option<Arc<WorkPool>> {
         None
     }
+    /// The byte budget all child runtimes' waiting responses share.
+    fn machine_bytes(&self) -> Option<ByteBudget> {
+        None
+    }
 }
 
 /// A data connection for one session: the legacy daemon or a child
@@ -96,6 +101,9 @@ pub struct DataSession {
     pub activity: Option<Arc<Activity>>,
     /// The machine-wide work pool (child runtimes only).
     pub machine_pool: Option<Arc<WorkPool>>,
+    /// The byte budget of all children's waiting responses (child runtimes
+    /// only).
+    pub machine_bytes: Option<ByteBudget>,
 }
 
 impl Plane for DataSession {
@@ -119,6 +127,10 @@ impl Plane for DataSession {
 
     fn machine_pool(&self) -> Option<Arc<WorkPool>> {
         self.machine_pool.clone()
+    }
+
+    fn machine_bytes(&self) -> Option<ByteBudget> {
+        self.machine_bytes.clone()
     }
 }
 
@@ -309,6 +321,7 @@ fn attempt_once(
         audit_path: session.audit_path.clone(),
         activity: session.plane.activity(),
         machine_pool: session.plane.machine_pool(),
+        machine_bytes: session.plane.machine_bytes(),
     };
     let inbound = LinkIn::new(reader, writer.clone());
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);

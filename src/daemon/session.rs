@@ -11,11 +11,15 @@
 //! counted then and refused then, never queued. A response is queued only
 //! after its audit record is durable, and only on the connection its
 //! request came from: when the connection ends its channels close and late
-//! responses are discarded. When the writer cannot send, the connection
-//! ends. This module never runs an operation the connection did not grant,
-//! never answers an invalid frame it cannot answer unambiguously, never
-//! reads on after its writer failed, and never blocks the reader on a
-//! worker.
+//! responses are discarded. A request keeps its slot while its response
+//! waits for the writer, and every queued frame's bytes count against the
+//! connection's [`Backlog`] until the writer has handed it to the socket;
+//! while the backlog is full no new work is admitted, so a platform that
+//! stops reading cannot make the daemon pile up responses. When the writer
+//! cannot send, the connection ends. This module never runs an operation
+//! the connection did not grant, never answers an invalid frame it cannot
+//! answer unambiguously, never reads on after its writer failed, and never
+//! blocks the reader on a worker.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -25,8 +29,9 @@ use crossbeam_channel::{Receiver, Sender, bounded, select};
 use rustix::process::Pid;
 use serde_json::json;
 
+use super::backlog::{Backlog, ByteBudget, Held};
 use super::handlers::{self, CommandEntry, CommandGate};
-use super::limits::{Admitted, RequestSlots, WorkPool};
+use super::limits::{Admitted, Overloaded, RequestSlots, WorkPool};
 use super::pool::{self, Job, Pool};
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, Spawner};
@@ -215,6 +220,9 @@ pub struct Setup {
     /// (CONTROL.md §10.2); `None` in legacy mode and on the control
     /// connection.
     pub machine_pool: Option<Arc<WorkPool>>,
+    /// The byte budget of responses waiting on all child runtimes together;
+    /// `None` in legacy mode and on the control connection.
+    pub machine_bytes: Option<ByteBudget>,
 }
 
 impl std::fmt::Debug for Setup {
@@ -247,10 +255,22 @@ pub enum End {
 
 /// What goes to the writer thread.
 enum Out {
-    Frame(Vec<u8>),
+    /// A frame the reader or the writer made, its bytes counted.
+    Frame(Vec<u8>, Held),
+    /// A worker's terminal response.
+    Response(Response),
     Close(u16, &'static str),
     /// The connection is over without a close of ours.
     Stop,
+}
+
+/// A terminal response on its way to the socket: its request keeps its
+/// slot until the writer takes it, its bytes stay counted until they are
+/// handed to the socket.
+struct Response {
+    bytes: Vec<u8>,
+    held: Held,
+    admitted: Admitted,
 }
 
 /// State shared by the reader, the writer and the workers.
@@ -258,6 +278,8 @@ struct Shared {
     setup: Setup,
     cancel: Cancel,
     slots: RequestSlots,
+    /// Bytes of this connection's frames not yet handed to the socket.
+    backlog: Backlog,
     /// Frames for the writer; PONGs take the priority lane.
     tx: Sender<Out>,
     priority: Sender<Out>,
@@ -303,10 +325,11 @@ pub fn serve(
     outbound: impl Outbound + 'static,
     stop: &AtomicBool,
 ) -> End {
-    // Bounded: a platform that floods frames without reading its socket
-    // cannot make the queues grow. Replies the reader makes on its own
-    // (PONG, invalid-frame ERROR, SHIM_OVERLOADED, STATUS) are dropped when
-    // full; a worker's response waits for room.
+    // Bounded in frames here and in bytes by the backlog: a platform that
+    // floods frames without reading its socket cannot make the queues grow.
+    // Replies the reader makes on its own (PONG, invalid-frame ERROR,
+    // SHIM_OVERLOADED, STATUS) are dropped when either is full; a worker's
+    // response waits for room.
     let (tx, rx) = bounded(OUT_QUEUE);
     let (priority, priority_rx) = bounded(OUT_QUEUE);
     let cancel = match Cancel::new() {
@@ -316,10 +339,12 @@ pub fn serve(
     let Some(max_concurrent) = std::num::NonZeroU64::new(setup.max_concurrent) else {
         return End::Failed("max_concurrent must be positive".into());
     };
+    let backlog = Backlog::new(setup.machine_bytes.clone());
     let shared = Arc::new(Shared {
         setup,
         cancel,
         slots: RequestSlots::new(max_concurrent),
+        backlog,
         tx,
         priority,
         leftovers: Mutex::new(Vec::new()),
@@ -425,7 +450,9 @@ fn read_loop(
                     Message::Pong(Default::default()),
                 );
                 if let Ok(bytes) = protocol::encode(&pong) {
-                    let _ = shared.priority.try_send(Out::Frame(bytes));
+                    if let Some(held) = shared.backlog.try_hold_reply(bytes.len()) {
+                        let _ = shared.priority.try_send(Out::Frame(bytes, held));
+                    }
                 }
                 continue;
             }
@@ -479,9 +506,15 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
     send_reply(shared, &frame);
 }
 
-/// Step 5–6 of PROTOCOL.md §5.1.
+/// Step 5–6 of PROTOCOL.md §5.1; a full backlog refuses like a full
+/// connection.
 fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
-    let admitted = match shared.slots.admit() {
+    let admission = if shared.backlog.is_full() {
+        Err(Overloaded::Backlog)
+    } else {
+        shared.slots.admit()
+    };
+    let admitted = match admission {
         Ok(admitted) => admitted,
         Err(refused) => {
             let reply =
@@ -536,7 +569,8 @@ fn enter_command_limits(shared: &Shared, message: &Message) -> Option<CommandEnt
 }
 
 /// A worker's part (or a command thread's): the slot, the gates, the
-/// handler, the record, the response and the edge `STATUS`.
+/// handler, the record, and the response, which goes to the writer with the
+/// request's slot (the writer releases it and sends the edge `STATUS`).
 fn run_request(
     shared: &Shared,
     mut admitted: Admitted,
@@ -544,7 +578,12 @@ fn run_request(
     command: Option<CommandEntry>,
 ) {
     admitted.take_slot();
-    let kind = frame.message_type();
+    let Frame {
+        id,
+        message: request,
+        ..
+    } = frame;
+    let kind = request.message_type();
     // A child runtime's request also waits for the machine-wide pool; the
     // connection's end wakes it (PROTOCOL.md §5.1 step 6). A command that
     // met the command limits does not: they bound commands machine-wide,
@@ -557,32 +596,42 @@ fn run_request(
     let permit = match machine_pool {
         Some(pool) => match pool.acquire_unless(|| shared.cancel.is_cancelled()) {
             Some(permit) => Some(permit),
-            None => {
-                let _ = admitted.finish();
-                return;
-            }
+            None => return,
         },
         None => None,
     };
     let reply = if shared.cancel.is_cancelled() {
         // Admitted before the connection ended: cancelled unrun.
         None
+    } else if shared.backlog.is_full() {
+        // The backlog filled while this request waited: running it would
+        // only add a response nobody reads.
+        Some(Message::Error(Overloaded::Backlog.to_error()))
     } else {
-        route(shared, &frame.id, kind, &frame.message, command)
+        route(shared, &id, kind, &request, command)
     };
     drop(permit);
-    let released = admitted.finish();
+    // A request can be as large as a frame; it is not kept while its
+    // response waits.
+    drop(request);
     let Some(message) = reply else {
         return;
     };
     if shared.cancel.is_cancelled() {
         return;
     }
-    let response = Frame::new(frame.id, now_ts(), message).with_capacity(released.pending_capacity);
-    send_response(shared, &response);
-    if released.edge_status {
-        send_status(shared);
-    }
+    let response =
+        Frame::new(id, now_ts(), message).with_capacity(admitted.capacity_after_release());
+    let Ok(bytes) = protocol::encode_response(&response) else {
+        return;
+    };
+    drop(response);
+    let held = shared.backlog.hold(bytes.len());
+    let _ = shared.tx.send(Out::Response(Response {
+        bytes,
+        held,
+        admitted,
+    }));
 }
 
 /// The gates of §5.3–§5.5 and the handler; returns the reply to send.
@@ -684,32 +733,36 @@ fn healthy(shared: &Shared) -> bool {
     shared.setup.audit.is_healthy() && !shared.audit_failed.load(Ordering::SeqCst)
 }
 
-/// A reply the reader makes without a worker: dropped when the queue is
-/// full (the platform is not reading).
+/// A reply the reader makes without a worker: dropped when the queue or
+/// the backlog is full (the platform is not reading).
 fn send_reply(shared: &Shared, frame: &Frame) {
     if let Ok(bytes) = protocol::encode_response(frame) {
-        let _ = shared.tx.try_send(Out::Frame(bytes));
+        queue_reply(shared, bytes);
     }
 }
 
-/// A worker's response: waits for room in the queue.
-fn send_response(shared: &Shared, frame: &Frame) {
-    if let Ok(bytes) = protocol::encode_response(frame) {
-        let _ = shared.tx.send(Out::Frame(bytes));
+fn queue_reply(shared: &Shared, bytes: Vec<u8>) {
+    if let Some(held) = shared.backlog.try_hold_reply(bytes.len()) {
+        let _ = shared.tx.try_send(Out::Frame(bytes, held));
     }
 }
 
-fn send_status(shared: &Shared) {
+/// A `STATUS` as of now, encoded.
+fn status_frame(shared: &Shared) -> Option<Vec<u8>> {
     let bytes = std::fs::metadata(&shared.setup.audit_path).map_or(0, |m| m.len());
     let report = shared
         .slots
         .status(bytes, shared.connected_at, Instant::now());
     let frame = Frame::new(fresh_id(), now_ts(), Message::Status(report.status))
         .with_capacity(report.pending_capacity);
-    if let Ok(bytes) = protocol::encode(&frame) {
-        // Advisory, and also sent from the writer thread itself: never
-        // waits for room.
-        let _ = shared.tx.try_send(Out::Frame(bytes));
+    protocol::encode(&frame).ok()
+}
+
+/// The periodic `STATUS`: advisory, and queued from the writer thread
+/// itself, so it never waits for room.
+fn send_status(shared: &Shared) {
+    if let Some(bytes) = status_frame(shared) {
+        queue_reply(shared, bytes);
     }
 }
 
@@ -739,12 +792,39 @@ fn write_loop(
             }
         };
         match item {
-            Out::Frame(bytes) => {
-                if let Err(failure) = out.send(bytes) {
+            Out::Frame(bytes, held) => {
+                let sent = out.send(bytes);
+                drop(held);
+                if let Err(failure) = sent {
                     // The reader sees this and ends the connection (the
                     // runtime then reconnects).
                     let _ = shared.send_failed.set(failure);
                     return;
+                }
+            }
+            Out::Response(Response {
+                bytes,
+                held,
+                admitted,
+            }) => {
+                // The slot is given back as the response goes to the
+                // socket, not after: a platform that answers its arrival at
+                // once finds the capacity the response announced.
+                let released = admitted.finish();
+                let sent = out.send(bytes);
+                drop(held);
+                if let Err(failure) = sent {
+                    let _ = shared.send_failed.set(failure);
+                    return;
+                }
+                // §9.2: right after the response that ended saturation.
+                if released.edge_status {
+                    if let Some(status) = status_frame(shared) {
+                        if let Err(failure) = out.send(status) {
+                            let _ = shared.send_failed.set(failure);
+                            return;
+                        }
+                    }
                 }
             }
             Out::Close(code, reason) => {

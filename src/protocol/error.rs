@@ -27,6 +27,8 @@ pub enum Invalid {
     TooDeep,
     /// An object repeats a key.
     DuplicateKey(String),
+    /// More JSON values than [`super::MAX_FRAME_JSON_VALUES`].
+    TooManyValues,
     /// The top-level value is not an object.
     NotAnObject,
     /// `type` is absent.
@@ -91,6 +93,11 @@ impl fmt::Display for Invalid {
             Invalid::DuplicateKey(key) => {
                 write!(f, "frame repeats the key {:?}", excerpt(key))
             }
+            Invalid::TooManyValues => write!(
+                f,
+                "frame holds more than {} JSON values",
+                super::MAX_FRAME_JSON_VALUES
+            ),
             Invalid::NotAnObject => f.write_str("frame is not a JSON object"),
             Invalid::MissingType => f.write_str("envelope field 'type' is required"),
             Invalid::TypeNotString => f.write_str("envelope field 'type' must be a string"),

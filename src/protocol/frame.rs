@@ -81,6 +81,7 @@ pub fn decode(bytes: &[u8]) -> Result<Frame, DecodeError> {
         DecodeError::dropped(match e {
             StrictJsonError::TooDeep => Invalid::TooDeep,
             StrictJsonError::DuplicateKey(k) => Invalid::DuplicateKey(k),
+            StrictJsonError::TooManyValues => Invalid::TooManyValues,
             StrictJsonError::Syntax(s) => Invalid::Syntax(s),
         })
     })?;

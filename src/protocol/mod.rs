@@ -30,7 +30,7 @@ pub use error::{DecodeError, EncodeError, ErrorReply, Invalid};
 pub use fields::{FieldError, FieldProblem};
 pub use frame::{Frame, OVERSIZE_MESSAGE, decode, encode, encode_response};
 pub use ids::{MAX_MESSAGE_ID_BYTES, SessionId, uuid_v4_from_bytes};
-pub use json::MAX_JSON_DEPTH;
+pub use json::{MAX_FRAME_JSON_VALUES, MAX_JSON_DEPTH};
 pub use payload::*;
 pub use types::{
     Arch, Capability, ChatRole, ClipboardFormat, Encoding, ErrorCode, FinishReason, ImageFormat,

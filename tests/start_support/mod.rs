@@ -24,6 +24,8 @@ pub const ACCESS: &str = "access-token-e2e-7f3a9c";
 pub const REFRESH: &str = "refresh-token-e2e-51d0be";
 pub const SESSION: &str = "session-e2e-1";
 pub const WAIT: Duration = Duration::from_secs(20);
+/// The largest WebSocket message either way.
+pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// A temporary home for one shim.
 pub struct Home {
@@ -387,6 +389,102 @@ pub fn call(conn: &Conn, message_type: &str, payload: Value) -> (String, Value) 
         .wait_response(&id, WAIT)
         .unwrap_or_else(|| panic!("no response to {message_type} {id}"));
     (id, response)
+}
+
+/// Browses from the virtual roots into the home directory (the first
+/// root) on the control connection `conn` and returns the browse id and the
+/// reference of the home entry named `name`.
+pub fn reference_to(conn: &Conn, home: &Path, name: &str) -> (String, String) {
+    let roots = conn
+        .call(
+            "DIRECTORY_LIST_REQUEST",
+            json!({"browse_id": null, "directory_ref": null}),
+            WAIT,
+        )
+        .unwrap();
+    assert_eq!(roots["type"], "DIRECTORY_LIST_RESPONSE", "{roots}");
+    let payload = &roots["payload"];
+    let browse = payload["browse_id"].as_str().unwrap().to_owned();
+    let home_entry = &payload["entries"][0];
+    assert_eq!(home_entry["path"], home.to_str().unwrap());
+    let home_ref = home_entry["directory_ref"].as_str().unwrap();
+    let reference = reference_below(conn, &browse, home_ref, name);
+    (browse, reference)
+}
+
+/// Lists the folder `directory` of `browse` and returns the reference of
+/// its entry named `name`.
+pub fn reference_below(conn: &Conn, browse: &str, directory: &str, name: &str) -> String {
+    let listing = conn
+        .call(
+            "DIRECTORY_LIST_REQUEST",
+            json!({"browse_id": browse, "directory_ref": directory}),
+            WAIT,
+        )
+        .unwrap();
+    let entry = listing["payload"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not listed: {listing}"))
+        .clone();
+    entry["directory_ref"].as_str().unwrap().to_owned()
+}
+
+/// A `PING` round trip on `conn`, so everything sent before it has been
+/// read and handled.
+pub fn settle(conn: &Conn) {
+    let id = conn.ping().unwrap();
+    assert!(conn.wait_response(&id, WAIT).is_some(), "no PONG");
+}
+
+/// The largest WebSocket message (16 MiB) as a `FILE_STAT` whose `path` is
+/// a list of zeros: the most JSON values a frame can hold.
+pub fn frame_of_zeros() -> String {
+    let head = r#"{"type":"FILE_STAT","id":"zeros","ts":1.0,"payload":{"path":["#;
+    let tail = "0]}}";
+    let mut frame = String::with_capacity(MAX_MESSAGE);
+    frame.push_str(head);
+    while frame.len() + 2 + tail.len() <= MAX_MESSAGE {
+        frame.push_str("0,");
+    }
+    frame.push_str(tail);
+    frame
+}
+
+/// A memory figure of process `pid` from `/proc/<pid>/status`, in bytes:
+/// `field` is e.g. `VmHWM` (the peak resident set) or `VmRSS`.
+pub fn memory_of(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().unwrap();
+    kib * 1024
+}
+
+/// The peak resident set of process `pid` so far, in bytes.
+pub fn peak_rss(pid: i32) -> u64 {
+    memory_of(pid, "VmHWM")
+}
+
+/// Resets the peak resident set of `pid` to its current resident set by
+/// writing `5` to `/proc/<pid>/clear_refs`, so a start-up peak (the token
+/// file's key derivation takes 64 MiB) cannot hide what follows. False
+/// where the system refuses.
+pub fn reset_peak(pid: i32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// Starts measuring the peak resident set of `pid` afresh (see
+/// [`reset_peak`]) and returns the baseline a later [`peak_rss`] is
+/// compared with; where the reset is refused, the baseline is the peak so
+/// far, which only makes a bound easier to meet.
+pub fn peak_baseline(pid: i32) -> u64 {
+    reset_peak(pid);
+    peak_rss(pid)
 }
 
 /// Polls `check` until it holds or `timeout` passes.
