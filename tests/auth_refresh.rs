@@ -254,7 +254,7 @@ fn a_refreshed_token_with_control_characters_is_a_transient_failure_and_is_not_s
     let home = Home::new();
     let oauth = OAuthEmulator::start().unwrap();
     oauth.push_token(TokenBehaviour::Body(
-        r#"{"access_token":"at-1\r\nX-Injected: 1","refresh_token":"rt-1"}"#.into(),
+        r#"{"access_token":"hostile-at\r\nX-Injected: 1","refresh_token":"rt-1"}"#.into(),
     ));
     let platform = Emulator::start(
         EmulatorOptions::new()
@@ -272,7 +272,7 @@ fn a_refreshed_token_with_control_characters_is_a_transient_failure_and_is_not_s
     );
     for attempt in platform.attempts() {
         let sent = attempt.authorization.unwrap_or_default();
-        assert!(!sent.contains("at-1"), "{sent:?}");
+        assert!(!sent.contains("hostile-at"), "{sent:?}");
     }
     let tokens = home.store().tokens().unwrap();
     assert_eq!(tokens.access.unwrap().expose(), new_access);

@@ -792,46 +792,65 @@ fn write_loop(
             }
         };
         match item {
-            Out::Frame(bytes, held) => {
-                let sent = out.send(bytes);
-                drop(held);
-                if let Err(failure) = sent {
-                    // The reader sees this and ends the connection (the
-                    // runtime then reconnects).
-                    let _ = shared.send_failed.set(failure);
-                    return;
-                }
-            }
-            Out::Response(Response {
-                bytes,
-                held,
-                admitted,
-            }) => {
-                // The slot is given back as the response goes to the
-                // socket, not after: a platform that answers its arrival at
-                // once finds the capacity the response announced.
-                let released = admitted.finish();
-                let sent = out.send(bytes);
-                drop(held);
-                if let Err(failure) = sent {
-                    let _ = shared.send_failed.set(failure);
-                    return;
-                }
-                // §9.2: right after the response that ended saturation.
-                if released.edge_status {
-                    if let Some(status) = status_frame(shared) {
-                        if let Err(failure) = out.send(status) {
-                            let _ = shared.send_failed.set(failure);
-                            return;
-                        }
+            Out::Close(code, reason) => {
+                // The close is sent once every worker has finished, so the
+                // responses it would overtake on the priority lane are all
+                // queued already: each acknowledged operation (an audit
+                // failure's INTERNAL_ERROR among them) is answered first.
+                while let Ok(item) = normal.try_recv() {
+                    if !deliver(shared, &mut out, item) {
+                        return;
                     }
                 }
-            }
-            Out::Close(code, reason) => {
                 out.close(code, reason);
                 return;
             }
             Out::Stop => return,
+            item => {
+                if !deliver(shared, &mut out, item) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Hands one frame or response to the socket; false once the connection
+/// cannot take more (a send failed, and the reader has been told) or the
+/// item ends the connection.
+fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
+    let sent = match item {
+        Out::Frame(bytes, held) => {
+            let sent = out.send(bytes);
+            drop(held);
+            sent
+        }
+        Out::Response(Response {
+            bytes,
+            held,
+            admitted,
+        }) => {
+            // The slot is given back as the response goes to the socket,
+            // not after: a platform that answers its arrival at once finds
+            // the capacity the response announced.
+            let released = admitted.finish();
+            let sent = out.send(bytes);
+            drop(held);
+            // §9.2: right after the response that ended saturation.
+            match (sent, released.edge_status.then(|| status_frame(shared))) {
+                (Ok(()), Some(Some(status))) => out.send(status),
+                (sent, _) => sent,
+            }
+        }
+        Out::Close(..) | Out::Stop => return false,
+    };
+    match sent {
+        Ok(()) => true,
+        Err(failure) => {
+            // The reader sees this and ends the connection (the runtime
+            // then reconnects).
+            let _ = shared.send_failed.set(failure);
+            false
         }
     }
 }
