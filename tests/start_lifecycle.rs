@@ -721,7 +721,8 @@ fn a_shared_audit_directory_is_refused_and_keeps_its_mode() {
     let home = Home::new();
     let emulator = emulator();
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-    for shared_mode in [0o1777, 0o777] {
+    // Sticky, world-writable, group-writable.
+    for shared_mode in [0o1777, 0o777, 0o770] {
         let shared = home.path().join(format!("shared-{shared_mode:o}"));
         std::fs::create_dir(&shared).unwrap();
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(shared_mode)).unwrap();

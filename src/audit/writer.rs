@@ -935,12 +935,15 @@ fn open_current(path: &Path, dir: &OwnedFd) -> Result<File, AuditError> {
     }
 }
 
-/// A configured log directory that others can write to or that belongs to
-/// another user is not this shim's to use or to change: refused, untouched.
+/// A configured log directory that others can write to (its group
+/// included) or that belongs to another user is not this shim's to use or
+/// to change: refused, untouched.
 fn refuse_shared(dir: &Path, meta: &std::fs::Metadata) -> Result<(), AuditError> {
     let mode = meta.permissions().mode();
     let reason = if mode & 0o002 != 0 {
         "writable by every user"
+    } else if mode & 0o020 != 0 {
+        "writable by its group"
     } else if mode & 0o1000 != 0 {
         "a sticky shared directory"
     } else if meta.uid() != rustix::process::geteuid().as_raw() {
