@@ -961,3 +961,97 @@ fn a_protected_directory_mounted_into_a_root_stays_unreachable() {
     assert!(home.audit.exists());
     stop(&mut shim, &home);
 }
+
+#[test]
+fn a_protected_directory_created_at_start_stays_unreachable_when_moved_into_a_root() {
+    let (home, home_path) = home_with_project();
+    // A first start: the audit log's directory (and the state directory
+    // inside it) do not exist yet; the shim creates them.
+    let logs = home_path.join("state");
+    assert!(!logs.exists());
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = control(&emulator);
+    let (grant, data) = project_chat(&conn, &emulator, &home_path);
+    let state = logs.join("autogpt-local-executor");
+    assert!(state.join("grant-revisions.json").exists());
+
+    // The state directory alone, then the audit log's directory holding
+    // it, moved into the live root.
+    let project = home_path.join("project");
+    let moved_state = project.join("kept");
+    std::fs::rename(&state, &moved_state).unwrap();
+    assert_all_outside(
+        &data,
+        &[
+            ("FILE_READ", json!({"path": "kept/grant-revisions.json"})),
+            ("FILE_DELETE", json!({"path": "kept", "recursive": true})),
+        ],
+    );
+    std::fs::rename(&moved_state, &state).unwrap();
+    let moved = project.join("moved");
+    std::fs::rename(&logs, &moved).unwrap();
+    assert_all_outside(
+        &data,
+        &[
+            ("FILE_READ", json!({"path": "moved/audit.log"})),
+            ("FILE_STAT", json!({"path": "moved"})),
+            ("FILE_LIST", json!({"path": "moved"})),
+            ("FILE_DELETE", json!({"path": "moved/audit.log"})),
+            ("FILE_MOVE", json!({"src": "moved", "dst": "taken"})),
+        ],
+    );
+    let again = call(
+        &conn,
+        "ACTIVATE_SESSION",
+        json!({"session_id": "chat-1", "revision": 1}),
+    );
+    let restored = call(
+        &conn,
+        "RESTORE_SESSION",
+        json!({"session_id": "chat-1", "root_grant": grant}),
+    );
+    std::fs::rename(&moved, &logs).unwrap();
+    assert_not_a_root(&again);
+    assert_not_a_root(&restored);
+    stop(&mut shim, &home);
+}
+
+#[test]
+fn folders_holding_the_passphrase_file_or_credential_cannot_be_roots() {
+    use std::os::unix::fs::PermissionsExt;
+    for (variable, name) in [
+        ("AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE", "shim.pass"),
+        ("CREDENTIALS_DIRECTORY", "autogpt-shim-passphrase"),
+    ] {
+        let (home, home_path) = home_with_project();
+        let other = home_path.join("other");
+        std::fs::create_dir(&other).unwrap();
+        let secret = home_path.join("project").join(name);
+        std::fs::write(&secret, format!("{PASSPHRASE}\n")).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let value = if variable == "CREDENTIALS_DIRECTORY" {
+            home_path.join("project")
+        } else {
+            secret.clone()
+        };
+        let env = [(variable, value.to_str().unwrap())];
+        let emulator = emulator();
+        let mut shim = Shim::start_control_with_env(&home, &emulator, &env, &[]);
+        let (conn, _) = control(&emulator);
+        let (browse, project_ref) = reference_to(&conn, &home_path, "project");
+        assert_not_a_root(&attach(&conn, "chat-1", &browse, &project_ref));
+
+        // Moved into a live root, the folder stays unreachable.
+        let (browse, other_ref) = reference_to(&conn, &home_path, "other");
+        let attached = attach(&conn, "chat-1", &browse, &other_ref);
+        assert_eq!(attached["type"], "SESSION_ATTACHED", "{attached}");
+        let data = activate_first(&conn, &emulator, "chat-1");
+        std::fs::rename(home_path.join("project"), other.join("p")).unwrap();
+        let read = call(&data, "FILE_READ", json!({"path": format!("p/{name}")}));
+        std::fs::rename(other.join("p"), home_path.join("project")).unwrap();
+        assert_eq!(error_code(&read), "PATH_OUTSIDE_ALLOWED_ROOT", "{read}");
+        assert!(!read.to_string().contains(PASSPHRASE));
+        stop(&mut shim, &home);
+    }
+}

@@ -697,6 +697,41 @@ fn jail_refuses_symlinks_inside_the_root_that_point_outside() {
     stop(&home, shim);
 }
 
+#[test]
+fn hard_links_to_the_shims_own_files_are_refused() {
+    let home = Home::new();
+    std::fs::hard_link(
+        home.secrets_dir().join("tokens.enc"),
+        home.root.join("innocent.bin"),
+    )
+    .unwrap();
+    let (shim, conn) = files_session(&home);
+    // The audit log exists once the shim has started.
+    std::fs::hard_link(&home.audit, home.root.join("notes.log")).unwrap();
+    let before = std::fs::read(home.secrets_dir().join("tokens.enc")).unwrap();
+    assert_all_refused(
+        &home,
+        &conn,
+        &[
+            ("FILE_READ", json!({"path": "innocent.bin"}), "innocent.bin"),
+            (
+                "FILE_WRITE",
+                json!({"path": "innocent.bin", "content": "x"}),
+                "innocent.bin",
+            ),
+            ("FILE_STAT", json!({"path": "notes.log"}), "notes.log"),
+            ("FILE_READ", json!({"path": "notes.log"}), "notes.log"),
+            ("FILE_DELETE", json!({"path": "notes.log"}), "notes.log"),
+        ],
+    );
+    assert_eq!(
+        std::fs::read(home.secrets_dir().join("tokens.enc")).unwrap(),
+        before
+    );
+    assert!(home.root.join("notes.log").exists());
+    stop(&home, shim);
+}
+
 // ----------------------------------------------------------------- shell
 
 #[test]

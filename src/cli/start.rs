@@ -41,7 +41,7 @@ use crate::jail::roots;
 use crate::jail::{Jail, JailOptions, ProtectedLocations};
 use crate::log::Log;
 use crate::protocol::Backoff;
-use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens};
+use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens, passphrase};
 use crate::sys;
 use crate::transport::Connector;
 
@@ -110,8 +110,14 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     let log = Log::stderr(config.log_level);
 
     // The shim's own directories, placed once: no root may hold them and
-    // no request may reach them, wherever they are moved later.
-    let protected = protected_locations(&config);
+    // no request may reach them, wherever they are moved later. Those the
+    // shim creates while starting are pinned once it has (step 3).
+    let protected = protected_locations(&config, &env);
+    let own_files = own_files(&config, &env);
+    let record_own_files = || {
+        protected.record_files(own_files.iter().map(|(what, path)| (*what, path.as_path())));
+    };
+    record_own_files();
 
     // Step 2: the session root (legacy mode only, CLI.md §8).
     let daemon = match &config.mode {
@@ -160,6 +166,9 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         },
         Daemon::Legacy { .. } => None,
     };
+    // Opening the store and the log may have created or replaced them.
+    protected.pin_created();
+    record_own_files();
 
     // Step 4: preflight checks.
     if config.enable_recording {
@@ -265,11 +274,13 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
 }
 
 /// The directories of the configuration file, the state, the audit log,
-/// `tokens.enc` and the data (the legacy audit key, the daemon's logs), as
+/// `tokens.enc`, the data (the legacy audit key, the daemon's logs) and the
+/// passphrase file (or systemd credential) the passphrase is read from, as
 /// configured or by per-OS default.
-fn protected_locations(config: &Config) -> ProtectedLocations {
+fn protected_locations(config: &Config, env: &Environment) -> ProtectedLocations {
     let paths = &config.paths;
     let parent = |file: &std::path::Path| file.parent().map(std::path::Path::to_owned);
+    let passphrase = passphrase::source_file(env);
     let locations = [
         ("configuration directory", parent(&config.config_file)),
         ("state directory", Some(paths.state_dir.clone())),
@@ -280,6 +291,10 @@ fn protected_locations(config: &Config) -> ProtectedLocations {
         ),
         ("data directory", parent(&paths.legacy_audit_key_file)),
         ("daemon log directory", Some(paths.daemon_log_dir.clone())),
+        (
+            "passphrase file directory",
+            passphrase.as_deref().and_then(parent),
+        ),
     ];
     ProtectedLocations::resolve(
         locations
@@ -287,6 +302,32 @@ fn protected_locations(config: &Config) -> ProtectedLocations {
             .filter_map(|(what, dir)| dir.as_deref().map(|dir| (*what, dir))),
         &paths.home,
     )
+}
+
+/// The shim's own files, whose identities are recorded at start so that a
+/// hard link to one below a root is refused like the file itself.
+fn own_files(config: &Config, env: &Environment) -> Vec<(&'static str, std::path::PathBuf)> {
+    let paths = &config.paths;
+    let mut files = vec![
+        ("token store", paths.tokens_file()),
+        ("configuration file", config.config_file.clone()),
+        ("audit log", config.audit_log_path.clone()),
+        (
+            "audit log anchor",
+            crate::audit::verify::anchor_path(&config.audit_log_path),
+        ),
+        (
+            "grant revision file",
+            paths
+                .state_dir
+                .join(crate::control::bindings::REVISIONS_FILE),
+        ),
+        ("legacy audit key file", paths.legacy_audit_key_file.clone()),
+    ];
+    if let Some(file) = passphrase::source_file(env) {
+        files.push(("passphrase file", file));
+    }
+    files
 }
 
 /// CLI.md §8 for the configured root, then pinned.

@@ -511,7 +511,7 @@ impl Inner {
         }
         // The revision is persisted before the grant leaves the machine, so
         // an older grant of the session can never be restored again.
-        if let Err(e) = lock(&self.revisions).record(session, revision) {
+        if let Err(e) = self.persist_revision(session, revision) {
             self.log.error("control", e.to_string());
             return self.internal("The grant revision could not be stored.");
         }
@@ -543,6 +543,18 @@ impl Inner {
         // Read before the bindings lock: the two locks are never nested.
         let live = self.children.live_sessions();
         lock(&self.bindings).remember(binding, |s| live.contains(s))
+    }
+
+    /// Persists `revision` for `session`. The first one creates the state
+    /// directory, which is then held by identity at once.
+    fn persist_revision(
+        &self,
+        session: &str,
+        revision: u64,
+    ) -> Result<(), super::bindings::RevisionError> {
+        let recorded = lock(&self.revisions).record(session, revision);
+        self.protected.pin_created();
+        recorded
     }
 
     /// True when `root` is, holds or lies inside one of the shim's own
@@ -727,7 +739,7 @@ impl Inner {
             }
             started = true;
         }
-        if let Err(e) = lock(&self.revisions).record(session, verified.revision) {
+        if let Err(e) = self.persist_revision(session, verified.revision) {
             self.log.error("control", e.to_string());
             if started {
                 self.children.stop(session);

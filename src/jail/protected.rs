@@ -1,21 +1,25 @@
 //! The shim's own locations: the directories of its configuration file, its
-//! state, its audit log, its secret store (`tokens.enc`) and its data. They
-//! are resolved once at start and held open, and are then recognised by
-//! identity (device and inode), wherever they are renamed or mounted later:
-//! no session root may be, contain or lie inside one, and no request path may
-//! end in or pass through one.
+//! state, its audit log, its secret store (`tokens.enc`), its data and its
+//! passphrase file. They are resolved at start and held open, and are then
+//! recognised by identity (device and inode), wherever they are renamed or
+//! mounted later: no session root may be, contain or lie inside one, and no
+//! request path may end in or pass through one. A location that does not
+//! exist yet is guarded by its name in its nearest existing ancestor until
+//! it is first found to exist, and is held by identity from then on. The
+//! shim's own files are known by identity too, so a hard link to one below
+//! a root is refused like the file itself.
 //!
 //! This module only opens directories with `O_PATH` and looks at them. It
 //! never creates or changes anything and never compares path strings to
 //! decide; below a root it only stats, never following a final link, and
 //! leaves opening to enforcement.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
@@ -36,13 +40,16 @@ struct Place {
     what: &'static str,
     /// Where it was at start, for messages.
     path: PathBuf,
-    /// The directory itself, or its nearest existing ancestor while it does
-    /// not exist yet (held open so its live position can be walked).
+    /// The directory itself, or its nearest existing ancestor when it did
+    /// not exist at start (held open so its live position can be walked).
     anchor: OwnedFd,
     anchor_id: Id,
-    /// The first missing component below `anchor`; `None` when the
-    /// location exists.
-    missing: Option<OsString>,
+    /// The components below `anchor` that did not exist at start; empty
+    /// when the location existed.
+    missing: Vec<OsString>,
+    /// A location missing at start, held from the first time it is found
+    /// to exist (the shim creates its directories while starting).
+    created: OnceLock<(OwnedFd, Id)>,
     /// The location is the home directory or one of its ancestors (a
     /// configuration file kept directly in home): no root may be or hold
     /// it, but a root below it cannot reach the shim's files there, so
@@ -51,17 +58,41 @@ struct Place {
 }
 
 impl Place {
-    /// The identity of the location itself where it exists now (created
-    /// since start if it was missing then).
+    /// The identity of the location itself, once it exists. A location
+    /// missing at start is looked for below its anchor (following links,
+    /// as the shim does when it uses it) and pinned when found, so a later
+    /// rename cannot take it out of sight.
     fn current_id(&self) -> Option<Id> {
-        match &self.missing {
-            None => Some(self.anchor_id),
-            Some(name) => rustix::fs::statat(&self.anchor, name.as_os_str(), AtFlags::empty())
-                .ok()
-                .filter(is_dir)
-                .map(|st| identity(&st)),
+        if self.missing.is_empty() {
+            return Some(self.anchor_id);
         }
+        if let Some((_, id)) = self.created.get() {
+            return Some(*id);
+        }
+        let below: PathBuf = self.missing.iter().collect();
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.anchor, &below, flags, Mode::empty()).ok()?;
+        let id = identity(&rustix::fs::fstat(&fd).ok()?);
+        Some(self.created.get_or_init(|| (fd, id)).1)
     }
+
+    /// True when the location lies in the tree of `root_id`: where it is
+    /// now, or (missing at start) where it would be created.
+    fn lies_below(&self, root_id: Id) -> bool {
+        lineage(self.anchor.as_fd()).contains(&root_id)
+            || self
+                .created
+                .get()
+                .is_some_and(|(fd, _)| lineage(fd.as_fd()).contains(&root_id))
+    }
+}
+
+/// One of the shim's own files, recorded once it has been opened at start.
+#[derive(Debug)]
+struct OwnFile {
+    /// What it is, for messages ("the token store").
+    what: &'static str,
+    id: Id,
 }
 
 /// How a root relates to a protected location.
@@ -108,11 +139,18 @@ impl fmt::Display for Conflict {
 
 impl std::error::Error for Conflict {}
 
-/// The shim's own locations; cheap to clone, empty by default (tests and
-/// tools that serve no platform).
+/// The shim's own locations and files; cheap to clone (clones share what
+/// is pinned later), empty by default (tests and tools that serve no
+/// platform).
 #[derive(Debug, Clone, Default)]
 pub struct ProtectedLocations {
-    places: Arc<[Place]>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    places: Vec<Place>,
+    files: RwLock<Vec<OwnFile>>,
 }
 
 impl ProtectedLocations {
@@ -142,24 +180,82 @@ impl ProtectedLocations {
             if places.iter().any(same) {
                 continue;
             }
-            place.above_home = place.missing.is_none() && home_line.contains(&place.anchor_id);
+            place.above_home = place.missing.is_empty() && home_line.contains(&place.anchor_id);
             places.push(place);
         }
         ProtectedLocations {
-            places: places.into(),
+            shared: Arc::new(Shared {
+                places,
+                files: RwLock::default(),
+            }),
         }
+    }
+
+    /// Pins every location missing at start that exists by now: from here
+    /// on it is recognised by identity wherever it is moved. Called once the
+    /// shim has created its own directories, and after it creates one later.
+    pub fn pin_created(&self) {
+        for place in self.places() {
+            let _ = place.current_id();
+        }
+    }
+
+    /// Adds the identities of the shim's own files as they are now (a link
+    /// is followed, as the shim follows it) to those recorded before: start
+    /// records them before and after it opens them, since opening may
+    /// replace a file. A request whose target is one of them, by any name,
+    /// is refused.
+    pub fn record_files<'a>(&self, files: impl IntoIterator<Item = (&'static str, &'a Path)>) {
+        let mut known = self
+            .shared
+            .files
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (what, path) in files {
+            let Ok(st) = rustix::fs::stat(path) else {
+                continue;
+            };
+            let id = identity(&st);
+            let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+            if regular && !known.iter().any(|f| f.id == id) {
+                known.push(OwnFile { what, id });
+            }
+        }
+    }
+
+    fn places(&self) -> &[Place] {
+        &self.shared.places
+    }
+
+    /// The recorded file named by identity `id`.
+    fn own_file(&self, id: Id) -> Option<&'static str> {
+        let known = self
+            .shared
+            .files
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        known.iter().find(|f| f.id == id).map(|f| f.what)
+    }
+
+    fn has_files(&self) -> bool {
+        !self
+            .shared
+            .files
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     /// True when nothing is protected.
     pub fn is_empty(&self) -> bool {
-        self.places.is_empty()
+        self.places().is_empty() && !self.has_files()
     }
 
     /// Refuses `root` (a canonical directory) when it is, contains or lies
     /// inside a protected location, as they are placed now. A root that
     /// cannot be opened passes: its own checks report it.
     pub fn check_root(&self, root: &Path) -> Result<(), Conflict> {
-        if self.places.is_empty() {
+        if self.places().is_empty() {
             return Ok(());
         }
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
@@ -179,16 +275,12 @@ impl ProtectedLocations {
                     return Some(Relation::Inside);
                 }
             }
-            // The anchor's live ancestry holds the root: the location is
-            // (or, still missing, would be created) inside it.
-            lineage(place.anchor.as_fd())
-                .contains(&root_id)
-                .then_some(Relation::Contains)
+            place.lies_below(root_id).then_some(Relation::Contains)
         };
         // The closest relation is the one named: a root that is the audit
         // directory and also holds the state directory "is" the former.
         let found = self
-            .places
+            .places()
             .iter()
             .filter_map(|place| relation(place).map(|r| (r, place)))
             .min_by_key(|(r, _)| *r != Relation::Is);
@@ -208,33 +300,35 @@ impl ProtectedLocations {
     pub fn is_protected(&self, st: &Stat) -> bool {
         is_dir(st) && {
             let id = identity(st);
-            self.places.iter().any(|p| p.current_id() == Some(id))
+            self.places().iter().any(|p| p.current_id() == Some(id))
         }
     }
 
     /// The protected location `components` end in or pass through below
-    /// `root` (whose identity is `root_id`), if any. Each prefix is looked
-    /// at without following a final link; the walk stops at the first
-    /// component that does not exist or is no directory. The components are
-    /// a decision's canonical remainder, free of links when decided; one
-    /// swapped in since is refused by enforcement, which never follows one.
+    /// `root` (whose identity is `root_id`), or the shim's own file they end
+    /// in, if any. Each prefix is looked at without following a final link;
+    /// the walk stops at the first component that does not exist or is no
+    /// directory. The components are a decision's canonical remainder, free
+    /// of links when decided; one swapped in since is refused by
+    /// enforcement, which never follows one.
     pub fn reached(
         &self,
         root: BorrowedFd<'_>,
         root_id: (u64, u64),
         components: &[OsString],
     ) -> Option<&'static str> {
-        if self.places.is_empty() {
+        if self.is_empty() {
             return None;
         }
         let ids: Vec<(Option<Id>, &Place)> =
-            self.places.iter().map(|p| (p.current_id(), p)).collect();
+            self.places().iter().map(|p| (p.current_id(), p)).collect();
         let mut dir_id = root_id;
         let mut prefix: Vec<u8> = Vec::new();
-        for name in components {
-            // A location still missing is reached by its name in its anchor.
+        for (n, name) in components.iter().enumerate() {
+            // A location missing at start is also reached by its name in
+            // its anchor, where the shim would create it.
             if let Some((_, place)) = ids.iter().find(|(_, p)| {
-                p.anchor_id == dir_id && p.missing.as_deref() == Some(name.as_os_str())
+                p.anchor_id == dir_id && p.missing.first().map(OsString::as_os_str) == Some(name)
             }) {
                 return Some(place.what);
             }
@@ -244,7 +338,10 @@ impl ProtectedLocations {
             prefix.extend_from_slice(name.as_bytes());
             let st = rustix::fs::statat(root, prefix.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
             if !is_dir(&st) {
-                return None;
+                let last = n + 1 == components.len();
+                let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+                let id = identity(&st);
+                return (last && regular).then(|| self.own_file(id)).flatten();
             }
             dir_id = identity(&st);
             if let Some((_, place)) = ids.iter().find(|(id, _)| *id == Some(dir_id)) {
@@ -262,22 +359,24 @@ fn is_dir(st: &Stat) -> bool {
 /// Opens `path` or its nearest existing ancestor.
 fn locate(what: &'static str, path: &Path) -> Option<Place> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let mut missing: Option<&OsStr> = None;
+    let mut missing: Vec<OsString> = Vec::new();
     for candidate in path.ancestors() {
         if let Ok(fd) = rustix::fs::open(candidate, flags, Mode::empty()) {
             let st = rustix::fs::fstat(&fd).ok()?;
+            missing.reverse();
             return Some(Place {
                 what,
                 path: path.to_owned(),
                 anchor: fd,
                 anchor_id: identity(&st),
-                missing: missing
-                    .filter(|m| !m.as_bytes().is_empty())
-                    .map(OsStr::to_owned),
+                missing,
+                created: OnceLock::new(),
                 above_home: false,
             });
         }
-        missing = candidate.file_name();
+        if let Some(name) = candidate.file_name().filter(|m| !m.as_bytes().is_empty()) {
+            missing.push(name.to_owned());
+        }
     }
     None
 }
@@ -373,7 +472,7 @@ mod tests {
             ],
             &home,
         );
-        assert_eq!(protected.places.len(), 1);
+        assert_eq!(protected.places().len(), 1);
         assert_eq!(protected.check_root(&home.join("project")), Ok(()));
         assert_eq!(
             protected.check_root(&home).map_err(|c| c.relation),
@@ -383,6 +482,54 @@ mod tests {
             protected.check_root(&base).map_err(|c| c.relation),
             Err(Relation::Contains)
         );
+    }
+
+    #[test]
+    fn a_location_created_after_start_is_held_by_identity_once_found() {
+        let (_tmp, base) = fixture();
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        let logs = base.join("logs");
+        let state = logs.join("app");
+        let protected = ProtectedLocations::resolve(
+            [
+                ("audit log directory", logs.as_path()),
+                ("state directory", state.as_path()),
+            ],
+            &base,
+        );
+        assert_eq!(protected.places().len(), 2);
+        std::fs::create_dir_all(&state).unwrap();
+        protected.pin_created();
+        // The inner location alone, moved away from where it was created.
+        std::fs::rename(&state, base.join("root/moved")).unwrap();
+        let root = base.join("root");
+        assert_eq!(
+            protected.check_root(&root).map_err(|c| c.relation),
+            Err(Relation::Contains)
+        );
+        let fd = rustix::fs::open(&root, OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&fd).unwrap());
+        assert_eq!(
+            protected.reached(fd.as_fd(), id, &[OsString::from("moved")]),
+            Some("state directory")
+        );
+    }
+
+    #[test]
+    fn a_hard_link_to_an_own_file_is_reached() {
+        let (_tmp, base) = fixture();
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        let tokens = base.join("tokens.enc");
+        std::fs::write(&tokens, "secret").unwrap();
+        std::fs::write(base.join("root/plain"), "plain").unwrap();
+        std::fs::hard_link(&tokens, base.join("root/innocent")).unwrap();
+        let protected = ProtectedLocations::default();
+        protected.record_files([("token store", tokens.as_path())]);
+        let fd = rustix::fs::open(base.join("root"), OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&fd).unwrap());
+        let reached = |name: &str| protected.reached(fd.as_fd(), id, &[OsString::from(name)]);
+        assert_eq!(reached("innocent"), Some("token store"));
+        assert_eq!(reached("plain"), None);
     }
 
     #[test]

@@ -82,6 +82,20 @@ pub(crate) fn resolve(env: &Environment) -> Result<Option<Passphrase>, SecretErr
     Ok(TAKEN.lock().unwrap_or_else(PoisonError::into_inner).take())
 }
 
+/// The file the passphrase is read from, by the precedence of [`resolve`]:
+/// the file named by `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE` (made
+/// absolute), else the systemd credential when it exists; `None` when the
+/// passphrase comes from the environment or not at all. The shim protects
+/// its folder from every session root.
+pub fn source_file(env: &Environment) -> Option<PathBuf> {
+    if let Some(path) = env.get_non_empty(Passphrase::FILE_VARIABLE) {
+        return std::path::absolute(path).ok();
+    }
+    let dir = env.get_non_empty(CREDENTIALS_DIRECTORY)?;
+    let path = std::path::absolute(Path::new(dir).join(Passphrase::CREDENTIAL)).ok()?;
+    path.symlink_metadata().is_ok().then_some(path)
+}
+
 /// The passphrase in the file at `path`.
 fn load(
     path: &Path,
