@@ -9,7 +9,8 @@
 //! * `roots` — which directories may be a root at all: the legacy-mode
 //!   preparation of `allowed_root` and the dangerous-root list (CLI.md §8).
 //! * `protected` — the shim's own directories, which no root may be, hold
-//!   or lie inside, and no request path may reach.
+//!   or lie inside, and no request path may reach; and its own files, which
+//!   no request path may name, by a hard link either.
 //!
 //! [`Jail`] ties them together and owns the root: opened once, identified by
 //! `(st_dev, st_ino)`, re-checked before every decision. Callers get
