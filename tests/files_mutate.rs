@@ -1527,8 +1527,23 @@ fn foreign_owned_file_survives_a_failed_write_and_keeps_its_owner() {
         std::fs::write(&f, "old content").unwrap();
         std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let free = || rustix::fs::statvfs(&fx.at("small")).unwrap().f_bfree;
+        let before = free();
         let o = fx.write(&fx.p("small/f"), &"x".repeat(512 * 1024));
         assert_error(fx, &o, ErrorCode::InternalError);
+        // The temporary file's space comes back once its last descriptor is
+        // closed. Other tests of this binary fork `mount` and `umount`, and a
+        // forked child holds a copy of every descriptor until it execs, so
+        // the space may come back a moment late, but it must come back.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while free() < before && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            free(),
+            before,
+            "the failed write's space was not given back"
+        );
         assert!(
             message(&o).starts_with("Could not write file:"),
             "{}",
