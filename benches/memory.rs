@@ -57,8 +57,11 @@ fn slow_reader_attack(conns: &[Conn], path: &str, duration: Duration) -> usize {
     let mut sent = 0;
     while Instant::now() < until {
         for conn in conns {
-            conn.request("FILE_READ", request.clone()).unwrap();
-            sent += 1;
+            // Past a few hundred refusals nobody read, the daemon gives the
+            // connection up: it takes no more requests.
+            if conn.request("FILE_READ", request.clone()).is_ok() {
+                sent += 1;
+            }
         }
         std::thread::sleep(SEND_EVERY);
     }

@@ -40,6 +40,9 @@ impl Inbound for MemIn {
             }
         }
     }
+
+    // `MemOut` never waits for its reader: there is nothing to unblock.
+    fn abort(&mut self) {}
 }
 
 #[derive(Debug)]

@@ -125,3 +125,58 @@ fn one_frame_of_many_small_values_costs_a_small_multiple_of_its_size() {
         shim.output()
     );
 }
+
+/// A platform that stops reading while it keeps sending requests: once the
+/// daemon cannot queue even a refusal, it must end the connection (and
+/// connect again) rather than stay up and leave requests unanswered.
+#[test]
+fn a_platform_that_stops_reading_gets_every_answer_or_loses_the_connection() {
+    let (home, emulator) = (Home::new(), emulator());
+    let (mut shim, conn, read) = serving_a_big_file(&home, &emulator, HelloAck::new());
+
+    // Slow enough that the responses wait, fast enough that the write
+    // never stalls: only the daemon can end this connection.
+    conn.read_slowly(16 * 1024, Duration::from_secs(2));
+    for _ in 0..2 {
+        conn.request("FILE_READ", read.clone()).unwrap();
+    }
+    assert!(eventually(WAIT, || home
+        .ops()
+        .iter()
+        .filter(|op| *op == "FILE_READ")
+        .count()
+        == 2));
+    // Every request from here on is refused by the reader itself, far
+    // more of them than its queue holds.
+    let ids: Vec<String> = (0..1000)
+        .map(|_| {
+            conn.request("FILE_STAT", json!({"path": "big.bin"}))
+                .unwrap()
+        })
+        .collect();
+
+    if let Some(next) = emulator.accept(Duration::from_secs(10)) {
+        // The connection was given up and the daemon connected again.
+        next.expect_hello(WAIT);
+    } else {
+        conn.read_normally();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let unanswered = ids
+            .iter()
+            .filter(|id| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                conn.wait_response(id, left).is_none()
+            })
+            .count();
+        assert_eq!(
+            unanswered,
+            0,
+            "the connection stayed up with {unanswered} of {} requests unanswered",
+            ids.len()
+        );
+    }
+    shim.signal(rustix::process::Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let (code, text) = home.verify();
+    assert_eq!(code, 0, "{text}");
+}

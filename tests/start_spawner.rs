@@ -152,3 +152,86 @@ fn status_says_how_the_commands_would_be_contained() {
         "{line}"
     );
 }
+
+/// Starts a shell session as root (commands in a cgroup of their own), runs
+/// `attack` (which writes the spawner's pid to `spawner.pid` and then makes
+/// it stop answering) and returns what the next `echo again` gets and how
+/// long it took, the `SPAWNER_DIED` record and the spawner's pid.
+fn spawner_silenced_by_a_command(attack: &str) -> (Value, Duration, Value, i32) {
+    let home = Home::new();
+    let emulator = plain_emulator();
+    let (mut shim, conn) = shell_session(&home, &emulator, false);
+    let first = conn
+        .request(
+            "EXECUTE_COMMAND",
+            json!({"command": attack, "timeout_seconds": 20}),
+        )
+        .unwrap();
+    let pid_file = home.root.join("spawner.pid");
+    assert!(eventually(WAIT, || std::fs::read_to_string(&pid_file)
+        .is_ok_and(|t| t.ends_with('\n'))));
+    let spawner: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Never leave a stopped process behind, whatever the outcome.
+    let _resume = KillOnDrop(spawner);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let started = std::time::Instant::now();
+    let mut next = call(&conn, json!({"command": "echo again"}));
+    let mut took = started.elapsed();
+    if next["type"] == "ERROR" {
+        // The request that found the spawner silent may fail; the one
+        // after it must run.
+        let retried = std::time::Instant::now();
+        next = call(&conn, json!({"command": "echo again"}));
+        took = retried.elapsed();
+    }
+    // The command that silenced the spawner was answered, not left hanging.
+    assert!(
+        conn.wait_response(&first, WAIT).is_some(),
+        "the silencing command got no answer"
+    );
+    let record = home.wait_record("SPAWNER_DIED", Duration::from_secs(2));
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let (code, text) = home.verify();
+    assert_eq!(code, 0, "{text}");
+    (next, took, record, spawner)
+}
+
+#[test]
+fn a_stopped_spawner_is_killed_audited_and_replaced_at_once() {
+    let (next, took, record, spawner) =
+        spawner_silenced_by_a_command("echo $PPID > spawner.pid; kill -STOP $PPID; sleep 30");
+    assert_eq!(next["type"], "COMMAND_RESULT", "{next}");
+    assert_eq!(next["payload"]["stdout"], "again\n", "{next}");
+    assert!(
+        took < Duration::from_secs(3),
+        "the next command took {took:?}"
+    );
+    assert_eq!(record["details"]["pid"], spawner, "{record}");
+    assert_eq!(record["result"]["exit_code"], -9, "{record}");
+    assert!(record["details"]["new_pid"].is_i64(), "{record}");
+    assert!(matches!(process_state(spawner), None | Some('Z' | 'X')));
+}
+
+#[test]
+fn a_spawner_frozen_in_its_cgroup_is_killed_after_the_reply_timeout_and_replaced() {
+    let (next, took, record, spawner) = spawner_silenced_by_a_command(
+        "f=$(awk '$3 == \"cgroup2\" {print $2; exit}' /proc/mounts)\
+$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.freeze; \
+         test -w \"$f\" && echo $PPID > spawner.pid; echo 1 > \"$f\"; sleep 30",
+    );
+    assert_eq!(next["type"], "COMMAND_RESULT", "{next}");
+    assert_eq!(next["payload"]["stdout"], "again\n", "{next}");
+    assert!(
+        took < Duration::from_secs(3),
+        "the next command took {took:?}"
+    );
+    assert_eq!(record["details"]["pid"], spawner, "{record}");
+    assert_eq!(record["result"]["exit_code"], -9, "{record}");
+    assert!(matches!(process_state(spawner), None | Some('Z' | 'X')));
+}

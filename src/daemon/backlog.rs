@@ -37,7 +37,7 @@ pub const MACHINE_BACKLOG_BYTES: u64 = 8 * MAX_FRAME;
 /// an `ERROR` for an invalid request, a `STATUS`) may have waiting on one
 /// connection, whatever the responses use. They count towards the limits
 /// as well; when this is used up the platform has not read for a long
-/// time, and such a frame is dropped.
+/// time: a `STATUS` is dropped, and an answer ends the connection.
 pub const REPLY_HEADROOM_BYTES: u64 = 1024 * 1024;
 
 /// One byte counter with its limit; clones share the counter.
@@ -140,7 +140,7 @@ impl Backlog {
 
     /// Counts a small frame the reader makes on its own if the replies
     /// waiting leave room for it within [`REPLY_HEADROOM_BYTES`], however
-    /// full the limits are; `None`: drop the frame.
+    /// full the limits are; `None`: no room for the frame.
     pub fn try_hold_reply(&self, bytes: usize) -> Option<Held> {
         let bytes = bytes as u64;
         self.replies.try_add(bytes).then(|| self.count(bytes, true))

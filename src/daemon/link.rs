@@ -58,6 +58,10 @@ impl Inbound for LinkIn {
             }
         }
     }
+
+    fn abort(&mut self) {
+        self.writer.abort();
+    }
 }
 
 /// The sending side of a served connection.

@@ -57,6 +57,10 @@ pub const AUDIT_FAILED: &str =
 pub const CONTROL_ONLY: &str =
     "Execution operations require an activated per-session data connection.";
 
+/// Why a connection ended when an answer could not be queued (its audit
+/// reason).
+const UNANSWERED: &str = "loop_error: answer_not_queued";
+
 /// The message for requests refused because the audit log failed earlier.
 pub const AUDIT_UNHEALTHY: &str = "The audit log cannot be written; no operation is executed.";
 
@@ -75,6 +79,9 @@ pub trait Inbound {
     /// or `should_stop` turning true (then `Ended::Closed(None)`); it is
     /// polled at least every few hundred milliseconds.
     fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended>;
+    /// Ends the whole connection at once, both ways, so that a writer
+    /// waiting for the platform to read gives up too.
+    fn abort(&mut self);
 }
 
 /// The sending half, owned by the writer thread.
@@ -285,7 +292,9 @@ struct Shared {
     priority: Sender<Out>,
     leftovers: Mutex<Vec<Pid>>,
     audit_failed: AtomicBool,
-    /// Why the writer stopped sending, once it has.
+    /// Why the connection can no longer answer, once it cannot: the writer
+    /// could not send, or an answer could not be queued. The reader ends
+    /// the connection when it sees this.
     send_failed: OnceLock<Ended>,
     connected_at: Instant,
     /// Requests handed to the pool and not yet finished.
@@ -327,9 +336,9 @@ pub fn serve(
 ) -> End {
     // Bounded in frames here and in bytes by the backlog: a platform that
     // floods frames without reading its socket cannot make the queues grow.
-    // Replies the reader makes on its own (PONG, invalid-frame ERROR,
-    // SHIM_OVERLOADED, STATUS) are dropped when either is full; a worker's
-    // response waits for room.
+    // When either is full, an answer the reader makes on its own (PONG,
+    // invalid-frame ERROR, SHIM_OVERLOADED) ends the connection instead and
+    // the periodic STATUS is dropped; a worker's response waits for room.
     let (tx, rx) = bounded(OUT_QUEUE);
     let (priority, priority_rx) = bounded(OUT_QUEUE);
     let cancel = match Cancel::new() {
@@ -415,6 +424,9 @@ fn read_loop(
             return End::AuditFailed;
         }
         if let Some(failed) = shared.send_failed.get() {
+            // The writer may still be waiting for a platform that reads
+            // slowly; until it stops, nothing that waits for it can end.
+            inbound.abort();
             return ended(failed.clone());
         }
         // A stop, or an audit failure anywhere in the daemon, ends the
@@ -449,11 +461,7 @@ fn read_loop(
                     now_ts(),
                     Message::Pong(Default::default()),
                 );
-                if let Ok(bytes) = protocol::encode(&pong) {
-                    if let Some(held) = shared.backlog.try_hold_reply(bytes.len()) {
-                        let _ = shared.priority.try_send(Out::Frame(bytes, held));
-                    }
-                }
+                answer(shared, &shared.priority, &pong);
                 continue;
             }
             Message::SessionRevoked(revoked) => {
@@ -503,7 +511,7 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
         )),
     )
     .with_capacity(capacity);
-    send_reply(shared, &frame);
+    answer(shared, &shared.tx, &frame);
 }
 
 /// Step 5–6 of PROTOCOL.md §5.1; a full backlog refuses like a full
@@ -519,7 +527,7 @@ fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
         Err(refused) => {
             let reply =
                 Frame::new(frame.id, now_ts(), Message::Error(refused.to_error())).with_capacity(0);
-            send_reply(shared, &reply);
+            answer(shared, &shared.tx, &reply);
             return;
         }
     };
@@ -733,18 +741,27 @@ fn healthy(shared: &Shared) -> bool {
     shared.setup.audit.is_healthy() && !shared.audit_failed.load(Ordering::SeqCst)
 }
 
-/// A reply the reader makes without a worker: dropped when the queue or
-/// the backlog is full (the platform is not reading).
-fn send_reply(shared: &Shared, frame: &Frame) {
-    if let Ok(bytes) = protocol::encode_response(frame) {
-        queue_reply(shared, bytes);
+/// The answer the reader makes to a request on its own (a `PONG`, a
+/// refusal, an `ERROR` for an invalid request), on `lane`. Every request
+/// gets exactly one answer or the connection ends: when the answer cannot
+/// be queued (the platform has not read for long, and the queue or the
+/// replies' headroom is full) the connection is given up, and the runtime
+/// connects again.
+fn answer(shared: &Shared, lane: &Sender<Out>, frame: &Frame) {
+    let queued =
+        protocol::encode_response(frame).is_ok_and(|bytes| queue_reply(shared, lane, bytes));
+    if !queued {
+        let _ = shared.send_failed.set(Ended::Failed(UNANSWERED.into()));
     }
 }
 
-fn queue_reply(shared: &Shared, bytes: Vec<u8>) {
-    if let Some(held) = shared.backlog.try_hold_reply(bytes.len()) {
-        let _ = shared.tx.try_send(Out::Frame(bytes, held));
-    }
+/// Queues a small frame the reader or the writer makes on `lane` unless
+/// the queue or the replies' headroom is full; false: not queued.
+fn queue_reply(shared: &Shared, lane: &Sender<Out>, bytes: Vec<u8>) -> bool {
+    shared
+        .backlog
+        .try_hold_reply(bytes.len())
+        .is_some_and(|held| lane.try_send(Out::Frame(bytes, held)).is_ok())
 }
 
 /// A `STATUS` as of now, encoded.
@@ -759,10 +776,10 @@ fn status_frame(shared: &Shared) -> Option<Vec<u8>> {
 }
 
 /// The periodic `STATUS`: advisory, and queued from the writer thread
-/// itself, so it never waits for room.
+/// itself, so it never waits for room and is dropped when there is none.
 fn send_status(shared: &Shared) {
     if let Some(bytes) = status_frame(shared) {
-        queue_reply(shared, bytes);
+        let _ = queue_reply(shared, &shared.tx, bytes);
     }
 }
 

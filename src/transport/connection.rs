@@ -387,6 +387,13 @@ impl Writer {
         self.write_with(|socket| socket.write(Message::Text(text.into())))
     }
 
+    /// Ends the connection at once, both ways and without a close frame:
+    /// a write waiting for the peer fails now, and so does every later read
+    /// and write. For a connection that can no longer answer what it reads.
+    pub fn abort(&self) {
+        let _ = rustix::net::shutdown(&self.shared.wait_fd, rustix::net::Shutdown::Both);
+    }
+
     /// Sends a WebSocket ping with `payload` (at most 125 bytes).
     pub fn ping(&self, payload: &[u8]) -> Result<(), TransportError> {
         let payload = Bytes::copy_from_slice(payload);

@@ -155,6 +155,9 @@ impl Containment {
     pub fn kill_all(&self) -> usize {
         if let Ok(group) = &*self.lock() {
             let _ = group.write("cgroup.kill", "1");
+            // A command may have frozen its own cgroup (which silences the
+            // spawner); the replacement is moved into it and must run.
+            let _ = group.write("cgroup.freeze", "0");
         }
         let mut signalled = BTreeSet::new();
         let deadline = Instant::now() + KILL_WINDOW;

@@ -11,7 +11,9 @@
 //! the commands that were running, everything in the commands' cgroup and
 //! every orphan re-parented to it ([`contain`]), reports the death to the
 //! hook it was given (the daemon audits it) and starts a new spawner;
-//! requests made meanwhile wait for it.
+//! requests made meanwhile wait for it. A spawner that stops answering
+//! (stopped by a signal, which is watched for, or not answering a request
+//! within [`REPLY_TIMEOUT`]) is killed and goes the same way.
 //!
 //! This module never passes the shim's environment or descriptors to the
 //! spawner beyond what one command needs (its directory and two pipe ends),
@@ -32,9 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
-use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
 
 pub use contain::{Containment, Mechanism};
 use wire::{Frame, WireError};
@@ -49,7 +51,7 @@ pub const SOCKET_FD: i32 = 3;
 
 /// How long a spawn request may wait for its answer, or for a replacement
 /// spawner. Forking a small process takes well under a millisecond; a
-/// spawner that does not answer in this time is treated as gone.
+/// spawner that does not answer in this time is killed and replaced.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long dropping the handle waits for the spawner's final sweep
@@ -392,10 +394,29 @@ impl Link {
         match rx.recv_timeout(REPLY_TIMEOUT) {
             Ok(Ok(spawned)) => Ok(spawned),
             Ok(Err(errno)) => Err(SpawnError::Other(io::Error::from_raw_os_error(errno))),
-            Err(_) => {
+            Err(RecvTimeoutError::Timeout) => {
                 lock(&self.routes).pending.remove(&id);
-                Err(SpawnError::Other(gone()))
+                // Stopped, frozen or wedged: left alive it would hold every
+                // later request for the whole timeout. Killed, it takes the
+                // death path and is replaced.
+                self.kill_unresponsive();
+                Err(SpawnError::Other(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the command spawner did not answer and was replaced",
+                )))
             }
+            Err(RecvTimeoutError::Disconnected) => Err(SpawnError::Other(gone())),
+        }
+    }
+
+    /// Kills a spawner that can no longer be relied on to answer, so its
+    /// socket ends and the reader contains, audits and replaces it. Only
+    /// while the routes are open: the reader reaps the pid only after
+    /// closing them, so until then the pid is still this spawner's.
+    fn kill_unresponsive(&self) {
+        let routes = lock(&self.routes);
+        if !routes.closed {
+            let _ = rustix::process::kill_process(self.pid, Signal::KILL);
         }
     }
 }
@@ -456,8 +477,9 @@ fn launch(exe: &Path, containment: &Containment) -> io::Result<(Arc<Link>, Sende
 }
 
 /// Starts the thread that routes the link's answers and cleans up after
-/// its process.
+/// its process, and the one that watches it being stopped.
 fn start_reader(link: Arc<Link>, done: Sender<()>, inner: Weak<Inner>) -> io::Result<()> {
+    start_stop_watch(&link);
     std::thread::Builder::new()
         .name("spawner-reader".into())
         .spawn(move || {
@@ -470,6 +492,35 @@ fn start_reader(link: Arc<Link>, done: Sender<()>, inner: Weak<Inner>) -> io::Re
             let _ = done.send(());
         })
         .map(|_| ())
+}
+
+/// Kills the spawner as soon as it is stopped (a command can send it
+/// `SIGSTOP`): a stopped spawner answers nothing, and the reply timeout
+/// would only notice it one request later. Watched through a pidfd, which
+/// names this process and no other; it waits without collecting anything,
+/// so the reader still reaps the exit status. Without pidfds (Linux before
+/// 5.4) the reply timeout alone notices.
+fn start_stop_watch(link: &Arc<Link>) {
+    let Ok(pidfd) = rustix::process::pidfd_open(link.pid, PidfdFlags::empty()) else {
+        return;
+    };
+    let link = Arc::clone(link);
+    let _ = std::thread::Builder::new()
+        .name("spawner-watch".into())
+        .spawn(move || {
+            let options = WaitIdOptions::STOPPED | WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+            loop {
+                match rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options) {
+                    Ok(Some(status)) if status.stopped() => {
+                        link.kill_unresponsive();
+                        return;
+                    }
+                    Err(rustix::io::Errno::INTR) => {}
+                    // Exited (left for the reader to collect) or unwatchable.
+                    _ => return,
+                }
+            }
+        });
 }
 
 /// Waits for the spawner `pid` to end and collects it; returns its exit
