@@ -713,8 +713,9 @@ fn control_requests_beyond_max_concurrent_are_overloaded() {
     let mut shim = Shim::start_control(&home, &emulator, &[]);
     let (conn, _) = accept_with(&emulator, &HelloAck::new().max_concurrent(1));
     // Each DETACH makes a record durable (an fdatasync), so requests sent
-    // back to back arrive while the first is still being handled.
-    let ids: Vec<String> = (0..50)
+    // back to back arrive while the first is still being handled; enough of
+    // them that a busy machine cannot space them all out.
+    let ids: Vec<String> = (0..200)
         .map(|n| {
             conn.request("DETACH_SESSION", json!({"session_id": format!("gone-{n}")}))
                 .unwrap()
