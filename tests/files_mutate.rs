@@ -1527,7 +1527,7 @@ fn foreign_owned_file_survives_a_failed_write_and_keeps_its_owner() {
         std::fs::write(&f, "old content").unwrap();
         std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o664)).unwrap();
-        let free = || rustix::fs::statvfs(&fx.at("small")).unwrap().f_bfree;
+        let free = || rustix::fs::statvfs(fx.at("small")).unwrap().f_bfree;
         let before = free();
         let o = fx.write(&fx.p("small/f"), &"x".repeat(512 * 1024));
         assert_error(fx, &o, ErrorCode::InternalError);
