@@ -32,7 +32,24 @@ fn options(path: &Path) -> WriterOptions {
 }
 
 fn open(path: &Path) -> (AuditLog, WriterThread) {
-    AuditLog::open(options(path), key()).unwrap()
+    open_with(options(path), key)
+}
+
+/// Opens a log that an earlier writer of the same test has closed. The
+/// writer lock is gone with the last descriptor of the lock file; other tests
+/// of this binary start processes, and a forked child holds a copy of every
+/// descriptor until it execs, so the lock may be released a moment late —
+/// but it must be released.
+fn open_with(options: WriterOptions, key: impl Fn() -> AuditKey) -> (AuditLog, WriterThread) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match AuditLog::open(options.clone(), key()) {
+            Err(AuditError::Locked(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
 }
 
 fn close(log: AuditLog, thread: WriterThread) {
@@ -209,7 +226,7 @@ fn a_torn_last_line_is_rotated_away_and_a_new_chain_starts() {
     let mut o = options(&path);
     let sink = warnings.clone();
     o.warn = Arc::new(move |w| sink.lock().unwrap().push(w.to_owned()));
-    let (log, thread) = AuditLog::open(o, key()).unwrap();
+    let (log, thread) = open_with(o, key);
     log.write(entry("Y", 9)).unwrap();
     close(log, thread);
     let rotated = rotated_files(path.parent().unwrap());
@@ -239,8 +256,8 @@ fn a_log_the_key_does_not_verify_is_never_appended_to() {
     log.write(entry("X", 1)).unwrap();
     close(log, thread);
     let before = std::fs::read(&path).unwrap();
-    let other = AuditKey::new(vec![7u8; 32]).unwrap();
-    let (log, thread) = AuditLog::open(options(&path), other).unwrap();
+    let other = || AuditKey::new(vec![7u8; 32]).unwrap();
+    let (log, thread) = open_with(options(&path), other);
     log.write(entry("Y", 2)).unwrap();
     close(log, thread);
     let rotated = rotated_files(path.parent().unwrap());
@@ -254,7 +271,7 @@ fn size_rotation_links_files_and_never_overwrites_a_rotated_file() {
     let (_d, path) = tmp();
     let mut o = options(&path);
     o.rotate_at_bytes = 2000;
-    let (log, thread) = AuditLog::open(o, key()).unwrap();
+    let (log, thread) = open_with(o, key);
     for i in 0..40 {
         log.write(entry("X", i)).unwrap();
     }
@@ -327,7 +344,7 @@ fn files_are_private_and_loose_permissions_are_tightened() {
     let mut o = options(&path);
     let sink = warnings.clone();
     o.warn = Arc::new(move |w| sink.lock().unwrap().push(w.to_owned()));
-    let (log, thread) = AuditLog::open(o, key()).unwrap();
+    let (log, thread) = open_with(o, key);
     close(log, thread);
     assert_eq!(mode(&path), 0o600);
     assert_eq!(warnings.lock().unwrap().len(), 1);
@@ -525,7 +542,7 @@ fn a_configured_directory_keeps_its_mode_and_only_the_log_is_tightened() {
     // The shim's own per-OS directory is tightened.
     let mut own = options(&path);
     own.own_directory = true;
-    let (log, thread) = AuditLog::open(own, key()).unwrap();
+    let (log, thread) = open_with(own, key);
     close(log, thread);
     assert_eq!(mode(&logs), 0o700);
 }
