@@ -1311,3 +1311,89 @@ fn sigterm_with_commands_in_flight_ends_them_and_stops_cleanly() {
     assert_eq!(code, 0, "{text}");
     assert_no_token(&home, &shim);
 }
+
+// ------------------------------------------------------- error details
+
+#[test]
+fn file_errors_carry_the_wire_path_the_size_limit_and_a_base64_hint() {
+    let home = Home::new();
+    let (shim, conn, _) = session(
+        &home,
+        &[],
+        HelloAck::new()
+            .grant(["files"])
+            .max_file_size_bytes(4_000_000),
+    );
+
+    // A path error names the path exactly as it was sent.
+    let (_, response) = call(&conn, "FILE_READ", json!({"path": "/etc/passwd"}));
+    let error = assert_error(&response, "PATH_OUTSIDE_ALLOWED_ROOT");
+    assert_eq!(
+        error["details"],
+        json!({"path": "/etc/passwd"}),
+        "{response}"
+    );
+    let (_, response) = call(&conn, "FILE_READ", json!({"path": "./missing/../gone.txt"}));
+    let error = assert_error(&response, "PATH_NOT_FOUND");
+    assert_eq!(
+        error["details"]["path"], "./missing/../gone.txt",
+        "{response}"
+    );
+
+    // A path far over the path limit is quoted only up to 4 KiB, cut on a
+    // character boundary, so the answer stays small.
+    let long = format!("/{}", "é".repeat(50_000));
+    let (_, response) = call(&conn, "FILE_READ", json!({"path": long}));
+    let error = assert_error(&response, "PATH_INVALID_CHARS");
+    let quoted = error["details"]["path"].as_str().unwrap();
+    assert_eq!(quoted.len(), 4095, "{}", error["message"]);
+    assert!(long.starts_with(quoted));
+
+    // FILE_TOO_LARGE says which limit, how much and for what.
+    let content = "x".repeat(4_000_001);
+    let (_, response) = call(
+        &conn,
+        "FILE_WRITE",
+        json!({"path": "big.txt", "content": content}),
+    );
+    let error = assert_error(&response, "FILE_TOO_LARGE");
+    assert_eq!(
+        error["details"],
+        json!({"max_file_size_bytes": 4_000_000, "attempted_bytes": 4_000_001, "op": "FILE_WRITE"}),
+        "{}",
+        error["message"]
+    );
+    assert!(!home.root.join("big.txt").exists());
+
+    // A text read over the text cap, of a file under the byte limit, is
+    // told to read it as base64 — which then succeeds.
+    std::fs::write(home.root.join("wide.txt"), "y".repeat(3_000_000)).unwrap();
+    let (_, response) = call(&conn, "FILE_READ", json!({"path": "wide.txt"}));
+    let error = assert_error(&response, "FILE_TOO_LARGE");
+    let details = &error["details"];
+    assert_eq!(details["max_file_size_bytes"], 4_000_000, "{details}");
+    assert_eq!(details["attempted_bytes"], 3_000_000, "{details}");
+    assert_eq!(details["op"], "FILE_READ", "{details}");
+    assert!(
+        details["hint"].as_str().unwrap().contains("\"base64\""),
+        "{details}"
+    );
+    let (_, response) = call(
+        &conn,
+        "FILE_READ",
+        json!({"path": "wide.txt", "encoding": "base64"}),
+    );
+    assert_eq!(response["type"], "FILE_CONTENTS", "{}", response["type"]);
+
+    // Over the byte limit itself there is no hint: base64 would not help.
+    std::fs::write(home.root.join("huge.txt"), "z".repeat(4_000_001)).unwrap();
+    let (_, response) = call(&conn, "FILE_READ", json!({"path": "huge.txt"}));
+    let error = assert_error(&response, "FILE_TOO_LARGE");
+    assert_eq!(
+        error["details"],
+        json!({"max_file_size_bytes": 4_000_000, "attempted_bytes": 4_000_001, "op": "FILE_READ"}),
+        "{}",
+        error["message"]
+    );
+    stop(&home, shim);
+}

@@ -109,7 +109,7 @@ fn string_len_within(text: &str, budget: usize) -> Option<usize> {
 
 /// The longest start of `text` of at most `max` bytes that ends on a
 /// character boundary.
-fn cut(text: &str, max: usize) -> &str {
+pub(crate) fn cut(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;

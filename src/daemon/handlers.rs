@@ -161,8 +161,8 @@ pub fn handle(
         } => jail_violation(code, path, attempted_op),
     };
     let reply = match outcome.reply {
-        Ok(message) => message,
-        Err(e) => error(e.code, e.message),
+        Ok(reply) => reply,
+        Err(e) => Message::Error(e.into_payload(message)),
     };
     Handled {
         reply: Some(reply),

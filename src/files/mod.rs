@@ -7,6 +7,12 @@
 //! module never writes audit records or frames itself, and it must never
 //! open, create, rename or remove anything except relative to a directory
 //! descriptor handed out by [`crate::jail`].
+//!
+//! A failure becomes its wire `ERROR` in one place, [`FileError::into_payload`],
+//! which also fills `details` — a deliberate addition to the reference, which
+//! sends `details: null`: path errors carry the path as the request sent it,
+//! `FILE_TOO_LARGE` the limit, the attempted size and the operation, and a text
+//! read that only the text cap refused a hint to read it as base64.
 
 pub mod base64;
 mod delete;
@@ -33,7 +39,7 @@ pub use write::write;
 
 use crate::audit::Details;
 use crate::jail::{EnforceError, EnforcementFailure, Jail, Outcome as JailOutcome, Rejection};
-use crate::protocol::{ErrorCode, Message, MessageType};
+use crate::protocol::{ErrorCode, ErrorPayload, Message, MessageType};
 
 /// What every file operation needs besides its request.
 #[derive(Debug, Clone, Copy)]
@@ -55,13 +61,36 @@ pub struct FileError {
     pub code: ErrorCode,
     /// Human-readable; never contains file content.
     pub message: String,
+    /// For `FILE_TOO_LARGE`: the limit that refused it.
+    pub excess: Option<SizeExcess>,
 }
+
+/// What a `FILE_TOO_LARGE` ran into, for its wire `details`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeExcess {
+    /// The effective `max_file_size_bytes`.
+    pub max_file_size_bytes: u64,
+    /// The bytes the request would have read or written.
+    pub attempted_bytes: u64,
+    /// A text read refused only by the text cap, which base64 would serve.
+    pub base64_would_fit: bool,
+}
+
+/// The longest wire path quoted in `details`. A longer one is refused by the
+/// jail anyway (`PATH_INVALID_CHARS`), and quoting it whole could push the
+/// answer past the frame limit.
+const MAX_DETAILS_PATH_BYTES: usize = 4096;
+
+/// `details.hint` of a text read that base64 would serve.
+const BASE64_HINT: &str = "The file is too large to return as text; read it with \
+                           encoding: \"base64\" instead.";
 
 impl FileError {
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
+            excess: None,
         }
     }
 
@@ -72,6 +101,72 @@ impl FileError {
     pub(crate) fn not_found(path: &str) -> Self {
         Self::new(ErrorCode::PathNotFound, format!("{path} does not exist"))
     }
+
+    /// `FILE_TOO_LARGE` with what it ran into.
+    pub(crate) fn too_large(message: impl Into<String>, excess: SizeExcess) -> Self {
+        Self {
+            excess: Some(excess),
+            ..Self::new(ErrorCode::FileTooLarge, message)
+        }
+    }
+
+    /// The wire `ERROR` for this failure of `request`: the code and message
+    /// unchanged, with the `details` the platform words its answer from.
+    pub fn into_payload(self, request: &Message) -> ErrorPayload {
+        let mut details = serde_json::Map::new();
+        if is_path_error(self.code) {
+            let quoted = |path: &str| {
+                serde_json::Value::String(
+                    crate::audit::cap::cut(path, MAX_DETAILS_PATH_BYTES).to_owned(),
+                )
+            };
+            match request {
+                Message::FileRead(r) => details.insert("path".into(), quoted(&r.path)),
+                Message::FileWrite(r) => details.insert("path".into(), quoted(&r.path)),
+                Message::FileStat(r) => details.insert("path".into(), quoted(&r.path)),
+                Message::FileList(r) => details.insert("path".into(), quoted(&r.path)),
+                Message::FileDelete(r) => details.insert("path".into(), quoted(&r.path)),
+                // Either end may be the one at fault; `path` names both as
+                // the jail's audit record does.
+                Message::FileMove(r) => {
+                    details.insert("src".into(), quoted(&r.src));
+                    details.insert("dst".into(), quoted(&r.dst));
+                    details.insert("path".into(), quoted(&format!("{} -> {}", r.src, r.dst)))
+                }
+                _ => None,
+            };
+        }
+        if let Some(excess) = self.excess {
+            details.insert(
+                "max_file_size_bytes".into(),
+                excess.max_file_size_bytes.into(),
+            );
+            details.insert("attempted_bytes".into(), excess.attempted_bytes.into());
+            details.insert("op".into(), request.message_type().as_str().into());
+            if excess.base64_would_fit {
+                details.insert("hint".into(), BASE64_HINT.into());
+            }
+        }
+        let payload = ErrorPayload::new(self.code, self.message);
+        if details.is_empty() {
+            payload
+        } else {
+            payload.with_details(details)
+        }
+    }
+}
+
+/// The codes that are about a path the request named.
+fn is_path_error(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::PathOutsideAllowedRoot
+            | ErrorCode::PathReservedName
+            | ErrorCode::PathInvalidChars
+            | ErrorCode::PathNotFound
+            | ErrorCode::PathNotEmpty
+            | ErrorCode::PathExists
+    )
 }
 
 /// Failures inside a jailed step: either enforcement (which may mean the tree

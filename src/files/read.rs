@@ -6,11 +6,11 @@
 use rustix::fs::{FileType, Mode, OFlags};
 use serde_json::json;
 
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, JailedError, Outcome, SizeExcess, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::protocol::{
-    Encoding, ErrorCode, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES,
-    MAX_WIRE_TEXT_CONTENT_BYTES, Message, MessageType, ReadFormat,
+    Encoding, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES, MAX_WIRE_TEXT_CONTENT_BYTES,
+    Message, MessageType, ReadFormat,
 };
 
 /// Bytes read per `pread` call.
@@ -100,9 +100,17 @@ fn read_range(
     let remaining = size.saturating_sub(req.offset);
     let requested = req.length.map_or(remaining, |n| n.get());
     if requested > limit {
-        return Err(FileError::new(
-            ErrorCode::FileTooLarge,
+        // Only the text cap refused it when base64 would carry it.
+        let base64_limit = ctx
+            .max_file_size_bytes
+            .min(MAX_WIRE_BASE64_CONTENT_BYTES as u64);
+        return Err(FileError::too_large(
             format!("Requested read of {requested} bytes exceeds limit {limit}"),
+            SizeExcess {
+                max_file_size_bytes: ctx.max_file_size_bytes,
+                attempted_bytes: requested,
+                base64_would_fit: !binary && requested <= base64_limit,
+            },
         ));
     }
     // `requested` ≤ limit ≤ 12.5 MB, so it fits in memory and in usize.

@@ -23,7 +23,7 @@ use rustix::fs::{AtFlags, FallocateFlags, FileType, Gid, Mode, OFlags, Stat, Uid
 use rustix::io::Errno;
 use serde_json::{Value, json};
 
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed};
+use super::{FileContext, FileError, JailedError, Outcome, SizeExcess, Step, jailed};
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Jail};
 use crate::protocol::{Ack, Encoding, ErrorCode, FileWrite, Message, MessageType};
@@ -44,9 +44,13 @@ pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> Outcome {
         let bytes = decoded.as_ref().map_err(|e| Step::Fail(e.clone()))?;
         let size = bytes.len() as u64;
         if size > ctx.max_file_size_bytes {
-            return Err(Step::Fail(FileError::new(
-                ErrorCode::FileTooLarge,
+            return Err(Step::Fail(FileError::too_large(
                 format!("{size} bytes exceeds limit {}", ctx.max_file_size_bytes),
+                SizeExcess {
+                    max_file_size_bytes: ctx.max_file_size_bytes,
+                    attempted_bytes: size,
+                    base64_would_fit: false,
+                },
             )));
         }
         write_decided(ctx, req.create_parents, d, bytes)?;
