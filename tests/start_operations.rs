@@ -1340,6 +1340,21 @@ fn file_errors_carry_the_wire_path_the_size_limit_and_a_base64_hint() {
         "{response}"
     );
 
+    // A move names both ends.
+    std::fs::write(home.root.join("a.txt"), "a").unwrap();
+    std::fs::write(home.root.join("b.txt"), "b").unwrap();
+    let (_, response) = call(
+        &conn,
+        "FILE_MOVE",
+        json!({"src": "a.txt", "dst": "./b.txt", "overwrite": false}),
+    );
+    let error = assert_error(&response, "PATH_EXISTS");
+    assert_eq!(
+        error["details"],
+        json!({"src": "a.txt", "dst": "./b.txt", "path": "a.txt -> ./b.txt"}),
+        "{response}"
+    );
+
     // A path far over the path limit is quoted only up to 4 KiB, cut on a
     // character boundary, so the answer stays small.
     let long = format!("/{}", "é".repeat(50_000));
