@@ -854,9 +854,11 @@ fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
             let sent = out.send(bytes);
             drop(held);
             // §9.2: right after the response that ended saturation.
-            match (sent, released.edge_status.then(|| status_frame(shared))) {
-                (Ok(()), Some(Some(status))) => out.send(status),
-                (sent, _) => sent,
+            match sent {
+                Ok(()) if released.edge_status => {
+                    status_frame(shared).map_or(Ok(()), |s| out.send(s))
+                }
+                sent => sent,
             }
         }
         Out::Close(..) | Out::Stop => return false,
