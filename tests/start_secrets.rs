@@ -27,6 +27,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// WebSocket (loopback) so no file of the test's own needs to be readable.
 #[test]
 fn a_command_of_the_same_user_cannot_read_the_daemons_memory_or_environment() {
+    if !runs_as_root("a_command_of_the_same_user_cannot_read_the_daemons_memory_or_environment") {
+        return;
+    }
     let home = Home::new();
     let emulator = plain_emulator();
     let (mut shim, conn) = shell_session(&home, &emulator, true);

@@ -505,6 +505,17 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// privileges would hide what they check: `nobody`.
 pub const NOBODY: u32 = 65534;
 
+/// Whether the test can run here: it needs root (to run a daemon as
+/// another user, or to create a cgroup for the commands). Elsewhere it says
+/// so on a `skipped:` line and the test returns.
+pub fn runs_as_root(test: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        println!("skipped: {test} needs root");
+    }
+    root
+}
+
 /// Gives `path` and everything below it to [`NOBODY`].
 pub fn give_to_nobody(path: &Path) {
     std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY)).unwrap();
