@@ -347,10 +347,15 @@ fn unescape(field: &str) -> String {
 /// The children of this process that came from a spawner and are not a
 /// registered spawner: `(pid, is a zombie)`.
 fn orphans(spawners: &BTreeSet<i32>) -> Vec<(i32, bool)> {
-    let Ok(own_session) = rustix::process::getsid(None) else {
+    // Read from `/proc` like the children's: when the session leader lives
+    // outside this pid namespace the kernel reports the session as 0, which
+    // `getsid` cannot represent.
+    let Some((_, _, own_session)) = std::fs::read("/proc/self/stat")
+        .ok()
+        .and_then(|stat| stat_fields(&stat))
+    else {
         return Vec::new();
     };
-    let own_session = own_session.as_raw_nonzero().get();
     children_of_self()
         .into_iter()
         .filter(|child| child.session != own_session && !spawners.contains(&child.pid))
