@@ -10,12 +10,19 @@
 //!
 //! It must never answer the shim by itself: beyond WebSocket pongs (which
 //! tungstenite sends as the RFC requires) every frame the emulator sends is
-//! one the test asked for, so a test sees exactly what the shim did.
+//! one the test asked for, so a test sees exactly what the shim did. The
+//! only frames it sends unasked are the platform's close frames: the I/O
+//! thread shows every frame both ways to the connection's judge
+//! ([`crate::strict`]), and closes as the platform does when the HELLO is
+//! invalid (4400, 4426) or late (4408), or when the shim breaks a rule of
+//! the relay (1008). A broken rule is a [`Violation`] that fails the test
+//! when the `Conn` is dropped, unless the test took it or allowed it.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -26,9 +33,19 @@ use tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tungstenite::protocol::frame::{CloseFrame, Frame};
 use tungstenite::{Message, WebSocket};
 
-use crate::hello::{ConnKind, HelloAck, HelloError, hello_problems};
+use crate::hello::{ConnKind, HelloAck, HelloError, check_hello};
+use crate::strict::{
+    Judge, Judgement, Sent, UnansweredReads, VIOLATION_CLOSE_CODE, Violation, close_reason,
+};
 use crate::transport::{PaceState, ReadPace, Transport};
 use crate::wire;
+
+/// The close code the platform ends a connection with when the access
+/// token has expired; the shim is to reconnect and refresh its token.
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4401;
+
+/// The reason sent with [`CLOSE_TOKEN_EXPIRED`].
+pub const TOKEN_EXPIRED_REASON: &str = "Access token expired";
 
 /// Socket read timeout of the I/O thread, and so the longest a queued send
 /// waits: short enough that tests do not notice, long enough that an idle
@@ -135,10 +152,14 @@ pub(crate) struct RequestInfo {
     pub(crate) authorization: Option<String>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) kind: ConnKind,
+    /// How long after the upgrade the HELLO may take.
+    pub(crate) hello_deadline: Duration,
+    /// Where the connection leaves the reads it got no answer to.
+    pub(crate) unanswered: Arc<UnansweredReads>,
 }
 
 enum Command {
-    Send(Message, Sender<io::Result<()>>),
+    Send(Message, Option<Sent>, Sender<io::Result<()>>),
     Close(u16, String, Sender<io::Result<()>>),
     DropTcp(Sender<io::Result<()>>),
 }
@@ -153,6 +174,7 @@ struct Inbox {
     queue: VecDeque<Inbound>,
     raw: Vec<RawFrame>,
     statuses: Vec<Value>,
+    violations: Vec<Violation>,
     ending: Option<Ending>,
 }
 
@@ -175,6 +197,15 @@ impl Shared {
 /// Every method takes `&self`, and `Conn` is `Send + Sync`: one thread may
 /// wait for a response while another sends. Dropping the `Conn` drops the TCP
 /// connection without a close frame.
+///
+/// # Panics
+///
+/// Dropping a `Conn` panics (unless the thread is already panicking, when
+/// it prints instead) if the shim broke a rule of the platform's relay on
+/// it ([`crate::strict`]) and the test neither took the violation
+/// ([`Conn::wait_violation`], [`Conn::take_violations`]) nor allowed it
+/// ([`Conn::allow_violations`]): every test that drives a shim through the
+/// emulator runs under those rules.
 pub struct Conn {
     info: RequestInfo,
     commands: Sender<Command>,
@@ -182,6 +213,7 @@ pub struct Conn {
     pace: Arc<Mutex<PaceState>>,
     hello: Mutex<Option<Value>>,
     auto_handshake_error: Mutex<Option<HelloError>>,
+    violations_allowed: AtomicBool,
 }
 
 impl fmt::Debug for Conn {
@@ -203,9 +235,22 @@ impl Conn {
         let shared = Arc::new(Shared::default());
         let io_shared = Arc::clone(&shared);
         let pace = ws.get_ref().pace_handle();
+        let judge = Judge::new(info.kind.clone(), Instant::now() + info.hello_deadline);
+        let path = info.path.clone();
+        let unanswered = Arc::clone(&info.unanswered);
         thread::Builder::new()
             .name(format!("emulator-conn-{}", info.serial))
-            .spawn(move || run_io(ws, &command_rx, &io_shared))?;
+            .spawn(move || {
+                let mut judge = judge;
+                let ending = run_io(ws, &command_rx, &io_shared, &mut judge);
+                // Left for the next connection before the ending is told, so
+                // a test that saw this one end finds them.
+                unanswered.add(judge.unanswered_reads(&path));
+                let mut inbox = io_shared.lock();
+                inbox.ending = Some(ending);
+                drop(inbox);
+                io_shared.changed.notify_all();
+            })?;
         Ok(Conn {
             info,
             commands,
@@ -213,6 +258,7 @@ impl Conn {
             pace,
             hello: Mutex::new(None),
             auto_handshake_error: Mutex::new(None),
+            violations_allowed: AtomicBool::new(false),
         })
     }
 
@@ -299,21 +345,35 @@ impl Conn {
             .set(None);
     }
 
-    /// Sends one JSON frame as a text message.
+    /// Sends one JSON frame as a text message. A frame with a string `type`
+    /// and `id` is an outstanding request from then on (see
+    /// [`crate::strict`]).
     pub fn send(&self, frame: &Value) -> io::Result<()> {
-        self.send_message(Message::text(frame.to_string()))
+        let text = frame.to_string();
+        let sent = Sent::of_frame(frame, &text);
+        self.send_message(Message::text(text), sent)
     }
 
-    /// Sends a message as given, JSON or not.
+    /// Sends a message as given, JSON or not. Bytes that are a JSON object
+    /// with a string `type` and `id` make an outstanding request, as with
+    /// [`Conn::send`].
     pub fn send_raw(&self, message: RawMessage) -> io::Result<()> {
-        let message = match message {
-            RawMessage::Text(text) => Message::text(text),
-            RawMessage::Binary(bytes) => Message::binary(bytes),
+        let (message, sent) = match message {
+            RawMessage::Text(text) => {
+                let sent = Sent::of_raw(text.as_bytes());
+                (Message::text(text), sent)
+            }
+            RawMessage::Binary(bytes) => {
+                let sent = Sent::of_raw(&bytes);
+                (Message::binary(bytes), sent)
+            }
             RawMessage::TextBytes(bytes) => {
-                Message::Frame(Frame::message(bytes, OpCode::Data(Data::Text), true))
+                let sent = Sent::of_raw(&bytes);
+                let frame = Frame::message(bytes, OpCode::Data(Data::Text), true);
+                (Message::Frame(frame), sent)
             }
         };
-        self.send_message(message)
+        self.send_message(message, sent)
     }
 
     /// Sends a request `{type, id, ts, version, payload}` with a fresh UUID v4
@@ -344,7 +404,7 @@ impl Conn {
 
     /// Sends a WebSocket-level ping with this payload (at most 125 bytes).
     pub fn ws_ping(&self, payload: &[u8]) -> io::Result<()> {
-        self.send_message(Message::Ping(payload.to_vec().into()))
+        self.send_message(Message::Ping(payload.to_vec().into()), None)
     }
 
     /// Starts the closing handshake with this code and reason. The shim's
@@ -352,6 +412,58 @@ impl Conn {
     pub fn close(&self, code: u16, reason: &str) -> io::Result<()> {
         let (reply, result) = crossbeam_channel::bounded(1);
         self.command(Command::Close(code, reason.to_owned(), reply), &result)
+    }
+
+    /// Closes the connection as the platform does when the access token has
+    /// expired: code 4401 with [`TOKEN_EXPIRED_REASON`], no
+    /// `SESSION_REVOKED`.
+    pub fn expire_token(&self) -> io::Result<()> {
+        self.close(CLOSE_TOKEN_EXPIRED, TOKEN_EXPIRED_REASON)
+    }
+
+    /// Resends, with their ids, the reads (`FILE_READ`, `FILE_STAT`,
+    /// `FILE_LIST`, `SCREENSHOT_REQUEST`) that earlier connections to this
+    /// path left unanswered when they ended, as the platform does after a
+    /// reconnect; returns their ids, oldest first. Each is resent once.
+    pub fn resend_unanswered_reads(&self) -> io::Result<Vec<String>> {
+        let mut ids = Vec::new();
+        for read in self.info.unanswered.take_for(&self.info.path) {
+            self.send_raw(RawMessage::Text(read.text))?;
+            ids.push(read.id);
+        }
+        Ok(ids)
+    }
+
+    /// Every rule of the platform's relay the shim broke on this connection
+    /// that no test took yet ([`crate::strict`]).
+    pub fn violations(&self) -> Vec<Violation> {
+        self.shared.lock().violations.clone()
+    }
+
+    /// Takes every violation recorded so far: the test has seen them, and
+    /// dropping the `Conn` no longer fails for them.
+    pub fn take_violations(&self) -> Vec<Violation> {
+        std::mem::take(&mut self.shared.lock().violations)
+    }
+
+    /// Waits at most `timeout` for a violation and takes it, for a test that
+    /// makes the shim break a rule on purpose. `None` when none came (or the
+    /// connection ended without one).
+    pub fn wait_violation(&self, timeout: Duration) -> Option<Violation> {
+        let deadline = Instant::now() + timeout;
+        let mut inbox = self.shared.lock();
+        loop {
+            if !inbox.violations.is_empty() {
+                return Some(inbox.violations.remove(0));
+            }
+            inbox = self.wait(inbox, deadline)?;
+        }
+    }
+
+    /// Declares that the shim is expected to break the relay's rules on
+    /// this connection: dropping the `Conn` will not fail for them.
+    pub fn allow_violations(&self) {
+        self.violations_allowed.store(true, Ordering::SeqCst);
     }
 
     /// Ends the TCP connection at once, with no close frame and no TLS
@@ -434,13 +546,7 @@ impl Conn {
             };
         };
         drop(inbox);
-        let Some(frame) = inbound.json else {
-            return Err(HelloError::NotJson(inbound.text));
-        };
-        let problems = hello_problems(&frame, &self.info.kind);
-        if !problems.is_empty() {
-            return Err(HelloError::Invalid { frame, problems });
-        }
+        let frame = check_hello(&inbound.text, inbound.json.as_ref(), &self.info.kind)?;
         *self.hello.lock().unwrap_or_else(PoisonError::into_inner) = Some(frame.clone());
         Ok(frame)
     }
@@ -481,9 +587,9 @@ impl Conn {
         }
     }
 
-    fn send_message(&self, message: Message) -> io::Result<()> {
+    fn send_message(&self, message: Message, sent: Option<Sent>) -> io::Result<()> {
         let (reply, result) = crossbeam_channel::bounded(1);
-        self.command(Command::Send(message, reply), &result)
+        self.command(Command::Send(message, sent, reply), &result)
     }
 
     fn command(&self, command: Command, result: &Receiver<io::Result<()>>) -> io::Result<()> {
@@ -540,6 +646,27 @@ impl Conn {
     }
 }
 
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let violations = self.take_violations();
+        if violations.is_empty() || self.violations_allowed.load(Ordering::SeqCst) {
+            return;
+        }
+        let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        let report = format!(
+            "connection {} ({}): the shim broke the platform's rules: {}",
+            self.info.serial,
+            self.info.path,
+            list.join("; ")
+        );
+        if thread::panicking() {
+            eprintln!("{report}");
+        } else {
+            panic!("{report}");
+        }
+    }
+}
+
 /// Who sent the first close frame, and what the other side answered.
 #[derive(Default)]
 struct CloseState {
@@ -549,14 +676,29 @@ struct CloseState {
 }
 
 /// The I/O thread: the only code that reads or writes this WebSocket.
-fn run_io(mut ws: WebSocket<Transport>, commands: &Receiver<Command>, shared: &Shared) {
+/// Returns how the connection ended.
+fn run_io(
+    mut ws: WebSocket<Transport>,
+    commands: &Receiver<Command>,
+    shared: &Shared,
+    judge: &mut Judge,
+) -> Ending {
     let mut close = CloseState::default();
     let ending = loop {
-        if let Some(ending) = run_commands(&mut ws, commands, &mut close) {
+        if let Some(ending) = run_commands(&mut ws, commands, &mut close, judge) {
             break ending;
         }
+        if let Some((code, reason)) = judge.hello_late(Instant::now()) {
+            // The shim learns of the close from the frame; a failure to
+            // write it shows as the connection's ending.
+            let _ = start_close(&mut ws, &mut close, code, reason);
+        }
         match ws.read() {
-            Ok(message) => record(shared, message, &mut close),
+            Ok(message) => {
+                if let Some((code, reason)) = record(shared, message, &mut close, judge) {
+                    let _ = start_close(&mut ws, &mut close, code, reason);
+                }
+            }
             Err(tungstenite::Error::Io(error))
                 if matches!(
                     error.kind(),
@@ -572,10 +714,26 @@ fn run_io(mut ws: WebSocket<Transport>, commands: &Receiver<Command>, shared: &S
         ws.get_mut().close_notify();
     }
     ws.get_ref().shutdown();
-    let mut inbox = shared.lock();
-    inbox.ending = Some(ending);
-    drop(inbox);
-    shared.changed.notify_all();
+    ending
+}
+
+/// Sends the emulator's close frame (the first one it sends is the one the
+/// ending reports).
+fn start_close(
+    ws: &mut WebSocket<Transport>,
+    close: &mut CloseState,
+    code: u16,
+    reason: String,
+) -> Result<(), tungstenite::Error> {
+    let frame = CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.clone().into(),
+    };
+    let result = ws.close(Some(frame)).and_then(|()| ws.flush());
+    if close.ours.is_none() && close.shims.is_none() {
+        close.ours = Some((code, reason));
+    }
+    result
 }
 
 /// Runs every queued command; `Some` when the connection is over.
@@ -583,21 +741,21 @@ fn run_commands(
     ws: &mut WebSocket<Transport>,
     commands: &Receiver<Command>,
     close: &mut CloseState,
+    judge: &mut Judge,
 ) -> Option<Ending> {
     loop {
         match commands.try_recv() {
-            Ok(Command::Send(message, reply)) => {
-                let _ = reply.send(ws.send(message).map_err(to_io));
+            Ok(Command::Send(message, sent, reply)) => {
+                let result = ws.send(message).map_err(to_io);
+                // Noted before this thread reads again, so no answer can
+                // arrive ahead of its request.
+                if let (Ok(()), Some(sent)) = (&result, sent) {
+                    judge.sent(sent);
+                }
+                let _ = reply.send(result);
             }
             Ok(Command::Close(code, reason, reply)) => {
-                let frame = CloseFrame {
-                    code: CloseCode::from(code),
-                    reason: reason.clone().into(),
-                };
-                let result = ws.close(Some(frame)).and_then(|()| ws.flush());
-                if close.ours.is_none() && close.shims.is_none() {
-                    close.ours = Some((code, reason));
-                }
+                let result = start_close(ws, close, code, reason);
                 let _ = reply.send(match result {
                     // The close frame was written; the handshake finishing
                     // is what ConnectionClosed reports.
@@ -618,7 +776,14 @@ fn run_commands(
     }
 }
 
-fn record(shared: &Shared, message: Message, close: &mut CloseState) {
+/// Records a message from the shim and has the judge look at it; returns
+/// the close the platform would answer it with, if any.
+fn record(
+    shared: &Shared,
+    message: Message,
+    close: &mut CloseState,
+    judge: &mut Judge,
+) -> Option<(u16, String)> {
     let at = Instant::now();
     let (kind, data) = match message {
         Message::Text(text) => (RawKind::Text, text.as_bytes().to_vec()),
@@ -643,9 +808,10 @@ fn record(shared: &Shared, message: Message, close: &mut CloseState) {
             (RawKind::Close, data)
         }
         // Never produced by reading.
-        Message::Frame(_) => return,
+        Message::Frame(_) => return None,
     };
     let mut inbox = shared.lock();
+    let mut answer = None;
     if matches!(kind, RawKind::Text | RawKind::Binary) {
         let text = String::from_utf8_lossy(&data).into_owned();
         let json = std::str::from_utf8(&data)
@@ -656,11 +822,21 @@ fn record(shared: &Shared, message: Message, close: &mut CloseState) {
                 inbox.statuses.push(frame.clone());
             }
         }
+        answer = match judge.received(json.as_ref(), &text) {
+            Judgement::Fine => None,
+            Judgement::RefuseHello(code, reason) => Some((code, reason)),
+            Judgement::Broken(violation) => {
+                let reason = close_reason(&format!("Uncorrelated frame: {violation}"));
+                inbox.violations.push(violation);
+                Some((VIOLATION_CLOSE_CODE, reason))
+            }
+        };
         inbox.queue.push_back(Inbound { json, text });
     }
     inbox.raw.push(RawFrame { kind, data, at });
     drop(inbox);
     shared.changed.notify_all();
+    answer
 }
 
 fn ending_after(close: &CloseState, error: &tungstenite::Error) -> Ending {

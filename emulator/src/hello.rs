@@ -7,12 +7,40 @@
 //! never touches a socket (`conn` sends what it builds) and never accepts a
 //! HELLO it cannot fully account for: every key is checked, unknown ones are
 //! reported, so the shim's wire output is pinned as well as its behaviour.
+//!
+//! On top of the specification it applies the platform's own limits, which
+//! the platform enforces by closing the connection ([`HelloError::close`]):
+//! `machine_id` at most 128 chars matching `^[A-Za-z0-9][A-Za-z0-9._:-]*$`;
+//! `display_name` at most 128 chars without `<`, `>` or control characters;
+//! `shim_version` at most 64 chars matching `^[A-Za-z0-9][A-Za-z0-9._+-]*$`;
+//! `allowed_root` non-empty on a data connection (null on the control
+//! connection), at most 4096 chars without `<`, `>` or control characters;
+//! the whole HELLO at most [`MAX_HELLO_BYTES`], sent within the HELLO
+//! deadline ([`HELLO_DEADLINE`] by default). An invalid HELLO is closed with
+//! 4400, a late one with 4408, one of another protocol major with 4426.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::strict::close_reason;
 use crate::wire;
+
+/// Largest HELLO the platform accepts, in bytes of the message.
+pub const MAX_HELLO_BYTES: usize = 64 * 1024;
+
+/// How long after the upgrade the platform waits for the HELLO.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The platform's close code for an invalid HELLO.
+pub const CLOSE_INVALID_HELLO: u16 = 4400;
+
+/// The platform's close code for a HELLO that did not come in time.
+pub const CLOSE_HELLO_LATE: u16 = 4408;
+
+/// The platform's close code for a HELLO of another protocol major.
+pub const CLOSE_VERSION_MISMATCH: u16 = 4426;
 
 /// What kind of shim connection a request path names (`PROTOCOL.md` §1.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +91,17 @@ pub enum HelloError {
     Disconnected,
     /// The first frame was not a JSON text; carries its text (lossy UTF-8).
     NotJson(String),
+    /// The first frame was larger than [`MAX_HELLO_BYTES`]; carries its
+    /// size in bytes.
+    TooLarge(usize),
+    /// The HELLO's `protocol_version` names another major version than the
+    /// platform's 1.
+    VersionMismatch {
+        /// The frame as received.
+        frame: Value,
+        /// The `protocol_version` it carried.
+        version: String,
+    },
     /// A JSON frame arrived but is not a valid HELLO; every problem found is
     /// listed, each naming the field.
     Invalid {
@@ -81,6 +120,15 @@ impl fmt::Display for HelloError {
                 write!(formatter, "the connection ended before a HELLO arrived")
             }
             HelloError::NotJson(text) => write!(formatter, "first frame is not JSON: {text:?}"),
+            HelloError::TooLarge(bytes) => write!(
+                formatter,
+                "HELLO of {bytes} bytes, over the platform's {MAX_HELLO_BYTES}"
+            ),
+            HelloError::VersionMismatch { version, .. } => write!(
+                formatter,
+                "HELLO speaks protocol {version}; the platform speaks {}",
+                wire::PROTOCOL_VERSION
+            ),
             HelloError::Invalid { problems, .. } => {
                 write!(formatter, "invalid HELLO: {}", problems.join("; "))
             }
@@ -89,6 +137,86 @@ impl fmt::Display for HelloError {
 }
 
 impl std::error::Error for HelloError {}
+
+impl HelloError {
+    /// The close code and reason the platform ends the connection with for
+    /// this HELLO; `None` when the connection is already gone.
+    pub fn close(&self) -> Option<(u16, String)> {
+        let (code, reason) = match self {
+            HelloError::Disconnected => return None,
+            HelloError::Timeout => (
+                CLOSE_HELLO_LATE,
+                "No HELLO in time after the upgrade".to_owned(),
+            ),
+            HelloError::NotJson(_) => (
+                CLOSE_INVALID_HELLO,
+                "Invalid HELLO: the first message is not a JSON object".to_owned(),
+            ),
+            HelloError::TooLarge(bytes) => (
+                CLOSE_INVALID_HELLO,
+                format!("Invalid HELLO: {bytes} bytes, over the limit of {MAX_HELLO_BYTES}"),
+            ),
+            HelloError::VersionMismatch { version, .. } => (
+                CLOSE_VERSION_MISMATCH,
+                format!(
+                    "Unsupported protocol version {version}: this platform speaks {}",
+                    wire::PROTOCOL_VERSION
+                ),
+            ),
+            HelloError::Invalid { problems, .. } => (
+                CLOSE_INVALID_HELLO,
+                format!(
+                    "Invalid HELLO: {}",
+                    problems.first().map_or("rejected", String::as_str)
+                ),
+            ),
+        };
+        Some((code, close_reason(&reason)))
+    }
+}
+
+/// Checks the first message of a connection, `text` as received and `json`
+/// its parse (if it is JSON), the way the platform does: size, protocol
+/// major, then every rule of [`hello_problems`]. Returns the HELLO when it
+/// is valid.
+pub fn check_hello(text: &str, json: Option<&Value>, kind: &ConnKind) -> Result<Value, HelloError> {
+    if text.len() > MAX_HELLO_BYTES {
+        return Err(HelloError::TooLarge(text.len()));
+    }
+    let Some(frame) = json else {
+        return Err(HelloError::NotJson(text.to_owned()));
+    };
+    let version = wire::frame_payload(frame)
+        .and_then(|payload| payload.get("protocol_version"))
+        .and_then(Value::as_str);
+    if let Some(version) = version {
+        if major_of(version).is_some_and(|major| Some(major) != major_of(wire::PROTOCOL_VERSION)) {
+            return Err(HelloError::VersionMismatch {
+                frame: frame.clone(),
+                version: version.to_owned(),
+            });
+        }
+    }
+    let problems = hello_problems(frame, kind);
+    if problems.is_empty() {
+        Ok(frame.clone())
+    } else {
+        Err(HelloError::Invalid {
+            frame: frame.clone(),
+            problems,
+        })
+    }
+}
+
+/// The major of a `"<major>.<minor>"` version (ASCII digits only).
+fn major_of(version: &str) -> Option<u64> {
+    let (major, minor) = version.split_once('.')?;
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit());
+    if !digits(major) || !digits(minor) {
+        return None;
+    }
+    major.parse().ok()
+}
 
 /// Capability names a shim may advertise (`PROTOCOL.md` §4.2.4), with their
 /// rank in the required order; the hardware capabilities share one rank.
@@ -194,9 +322,12 @@ fn payload_problems(payload: &Map<String, Value>, kind: &ConnKind, problems: &mu
     check_exact_keys("payload", payload, HELLO_PAYLOAD_KEYS, problems);
 
     match payload.get("shim_version").and_then(Value::as_str) {
-        Some(version) if is_semver(version) => {}
+        Some(version)
+            if is_semver(version)
+                && version.chars().count() <= 64
+                && is_name(version, &['.', '_', '+', '-']) => {}
         _ => problems.push(format!(
-            "shim_version is {}, expected a semantic version",
+            "shim_version is {}, expected a semantic version of at most 64 chars matching ^[A-Za-z0-9][A-Za-z0-9._+-]*$",
             show(payload.get("shim_version"))
         )),
     }
@@ -207,16 +338,16 @@ fn payload_problems(payload: &Map<String, Value>, kind: &ConnKind, problems: &mu
         ));
     }
     match payload.get("machine_id").and_then(Value::as_str) {
-        Some(id) if !id.is_empty() => {}
+        Some(id) if id.chars().count() <= 128 && is_name(id, &['.', '_', ':', '-']) => {}
         _ => problems.push(format!(
-            "machine_id is {}, expected a non-empty string",
+            "machine_id is {}, expected at most 128 chars matching ^[A-Za-z0-9][A-Za-z0-9._:-]*$",
             show(payload.get("machine_id"))
         )),
     }
     match payload.get("display_name").and_then(Value::as_str) {
-        Some(name) if name.chars().count() <= 128 => {}
+        Some(name) if name.chars().count() <= 128 && is_plain_text(name) => {}
         _ => problems.push(format!(
-            "display_name is {}, expected a string of at most 128 chars",
+            "display_name is {}, expected at most 128 chars without <, > or control characters",
             show(payload.get("display_name"))
         )),
     }
@@ -263,9 +394,10 @@ fn payload_problems(payload: &Map<String, Value>, kind: &ConnKind, problems: &mu
         }
         ConnKind::Data { .. } => {
             match payload.get("allowed_root").and_then(Value::as_str) {
-                Some(root) if is_absolute(root) => {}
+                Some(root)
+                    if is_absolute(root) && root.chars().count() <= 4096 && is_plain_text(root) => {}
                 _ => problems.push(format!(
-                    "allowed_root is {} on a data connection, expected an absolute path",
+                    "allowed_root is {} on a data connection, expected an absolute path of at most 4096 chars without <, > or control characters",
                     show(payload.get("allowed_root"))
                 )),
             }
@@ -424,6 +556,21 @@ fn is_semver(text: &str) -> bool {
             .iter()
             .all(|part| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit()))
         && !text.ends_with(['-', '+'])
+}
+
+/// `^[A-Za-z0-9][A-Za-z0-9<extra>]*$`: an ASCII letter or digit, then
+/// letters, digits and the `extra` punctuation.
+fn is_name(text: &str, extra: &[char]) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|first| first.is_ascii_alphanumeric())
+        && chars.all(|rest| rest.is_ascii_alphanumeric() || extra.contains(&rest))
+}
+
+/// No `<`, `>` or control character: text the platform shows in its pages.
+fn is_plain_text(text: &str) -> bool {
+    !text
+        .chars()
+        .any(|character| matches!(character, '<' | '>') || character.is_control())
 }
 
 /// POSIX absolute, or a Windows drive (`C:\`) or UNC (`\\server`) path.

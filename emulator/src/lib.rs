@@ -26,11 +26,22 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
+//! The emulator is as strict as the platform: it validates the HELLO with the
+//! platform's limits and closes with its codes (4400 invalid, 4408 late, 4426
+//! another protocol major), and it treats any shim frame the platform's
+//! relay could not correlate — an answer to no outstanding request, an
+//! answer of the wrong type, a shim-sent `PING`, a `STATUS` without an id —
+//! as fatal: it closes with 1008 and the test fails when its [`Conn`] is
+//! dropped, unless the test said it expects that ([`strict`] lists the
+//! rules). It can also expire a token with 4401 ([`Conn::expire_token`]) and
+//! resend the reads a lost connection left unanswered
+//! ([`Conn::resend_unanswered_reads`]).
+//!
 //! Modules, in the order a connection meets them: `server` (listening,
 //! TLS, HTTP upgrade, per-attempt behaviours), `transport` (the byte
 //! stream), [`conn`] (one WebSocket: frames in and out), [`hello`] (the
-//! handshake), [`wire`] (envelopes and identifiers), [`script`] (the chat
-//! the command-line emulator runs). Beside them, [`oauth`] plays the
+//! handshake), [`strict`] (the platform relay's rules), [`wire`] (envelopes
+//! and identifiers), [`script`] (the chat the command-line emulator runs). Beside them, [`oauth`] plays the
 //! platform's OAuth token and revoke endpoints over plain HTTP, and the
 //! user's browser against the shim's callback listener.
 
@@ -40,12 +51,14 @@ mod listener;
 pub mod oauth;
 pub mod script;
 mod server;
+pub mod strict;
 mod tls;
 mod transport;
 pub mod wire;
 
 pub use conn::{Conn, Ending, RawFrame, RawKind, RawMessage};
-pub use hello::{ConnKind, HelloAck, HelloError, hello_problems};
+pub use hello::{ConnKind, HelloAck, HelloError, check_hello, hello_problems};
 pub use oauth::{OAuthEmulator, RecordedRequest, RevokeBehaviour, TokenBehaviour};
 pub use server::{AttemptOutcome, Emulator, EmulatorOptions, UpgradeAttempt, UpgradeBehaviour};
+pub use strict::Violation;
 pub use tls::TlsVersions;

@@ -18,7 +18,9 @@ Usage: autogpt-shim-emulator [OPTIONS]
 A local stand-in for the AutoGPT platform: waits for autogpt-shim to connect,
 answers its HELLO, runs a short scripted chat (file operations in a scratch
 directory under the session root, `echo hello` when shell is granted, PING)
-and prints one line per exchange.
+and prints one line per exchange. It is as strict as the platform: an invalid
+or late HELLO, or a frame the platform could not correlate to a request it
+sent, ends the connection and fails the run.
 
 Options:
   --port PORT          listen on 127.0.0.1:PORT (default: a free port)
@@ -138,7 +140,8 @@ fn run(args: &Args) -> io::Result<bool> {
         let Some(conn) = emulator.accept(Duration::from_secs(3600)) else {
             continue;
         };
-        let passed = serve(&conn, args, &mut stdout)?;
+        let served = serve(&conn, args, &mut stdout)?;
+        let passed = obeyed_the_rules(&conn, &mut stdout)? && served;
         if !passed {
             let _ = conn.close(1000, "emulator script failed");
             return Ok(false);
@@ -151,6 +154,9 @@ fn run(args: &Args) -> io::Result<bool> {
         // Keep the connection open like a platform would, showing what the shim
         // sends unprompted (STATUS every 30 s), until it goes away.
         watch(&conn, &mut stdout)?;
+        if !obeyed_the_rules(&conn, &mut stdout)? {
+            return Ok(false);
+        }
         writeln!(stdout, "waiting for the next connection")?;
     }
 }
@@ -229,6 +235,16 @@ fn serve(conn: &Conn, args: &Args, out: &mut dyn Write) -> io::Result<bool> {
         }
     )?;
     Ok(passed)
+}
+
+/// Reports the rules of the platform's relay the shim broke on `conn` (the
+/// emulator closed the connection at the first); true when it broke none.
+fn obeyed_the_rules(conn: &Conn, out: &mut dyn Write) -> io::Result<bool> {
+    let violations = conn.take_violations();
+    for violation in &violations {
+        writeln!(out, "FAIL the platform would end the connection: {violation}")?;
+    }
+    Ok(violations.is_empty())
 }
 
 /// Prints what the shim sends until the connection ends.

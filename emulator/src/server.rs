@@ -27,8 +27,9 @@ use tungstenite::http;
 use tungstenite::protocol::WebSocketConfig;
 
 use crate::conn::{Conn, RequestInfo};
-use crate::hello::{ConnKind, HelloAck};
+use crate::hello::{ConnKind, HELLO_DEADLINE, HelloAck};
 use crate::listener::{Acceptor, Record};
+use crate::strict::UnansweredReads;
 use crate::tls::{self, TlsMaterial, TlsVersions};
 use crate::transport::Transport;
 use crate::wire;
@@ -88,7 +89,8 @@ pub struct UpgradeAttempt {
 
 /// How to start an [`Emulator`]. Defaults: TLS (1.3 and 1.2) on an
 /// ephemeral port of 127.0.0.1, path `/ws/local-executor`, CA file in a new
-/// temporary directory, every upgrade accepted, no automatic handshake.
+/// temporary directory, every upgrade accepted, no automatic handshake, the
+/// platform's 10 s HELLO deadline.
 #[derive(Debug, Clone, Default)]
 pub struct EmulatorOptions {
     port: u16,
@@ -98,6 +100,7 @@ pub struct EmulatorOptions {
     expected_token: Option<String>,
     auto_handshake: Option<HelloAck>,
     upgrades: Vec<UpgradeBehaviour>,
+    hello_deadline: Option<Duration>,
 }
 
 impl EmulatorOptions {
@@ -151,6 +154,14 @@ impl EmulatorOptions {
         self
     }
 
+    /// Closes a connection with 4408 when no HELLO came this long after the
+    /// upgrade, instead of the platform's [`HELLO_DEADLINE`].
+    #[must_use]
+    pub fn hello_deadline(mut self, deadline: Duration) -> Self {
+        self.hello_deadline = Some(deadline);
+        self
+    }
+
     /// Queues the behaviours for the first upgrade requests, in order.
     #[must_use]
     pub fn upgrades(mut self, behaviours: impl IntoIterator<Item = UpgradeBehaviour>) -> Self {
@@ -167,6 +178,8 @@ struct Shared {
     upgrades: Mutex<VecDeque<UpgradeBehaviour>>,
     expected_token: Mutex<Option<String>>,
     auto_handshake: Mutex<Option<HelloAck>>,
+    hello_deadline: Duration,
+    unanswered: Arc<UnansweredReads>,
     attempts: Record<UpgradeAttempt>,
     server_config: Option<Arc<rustls::ServerConfig>>,
     conns: Sender<Conn>,
@@ -220,6 +233,8 @@ impl Emulator {
             upgrades: Mutex::new(options.upgrades.into_iter().collect()),
             expected_token: Mutex::new(options.expected_token),
             auto_handshake: Mutex::new(options.auto_handshake),
+            hello_deadline: options.hello_deadline.unwrap_or(HELLO_DEADLINE),
+            unanswered: Arc::default(),
             attempts: Record::new(),
             server_config: tls.as_ref().map(|tls| Arc::clone(&tls.server_config)),
             conns: conn_tx,
@@ -472,6 +487,8 @@ fn upgrade(
         path,
         authorization: seen.authorization.clone(),
         headers: seen.headers.clone(),
+        hello_deadline: shared.hello_deadline,
+        unanswered: Arc::clone(&shared.unanswered),
     };
     let upgraded = ws
         .get_ref()

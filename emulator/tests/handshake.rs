@@ -156,7 +156,7 @@ fn ack_knobs_put_invalid_acks_on_the_wire() {
 }
 
 #[test]
-fn a_failed_auto_handshake_is_recorded_and_the_conn_still_handed_over() {
+fn a_failed_auto_handshake_is_refused_with_4400_and_the_conn_still_handed_over() {
     let emulator = Emulator::start(EmulatorOptions::new().auto_handshake(HelloAck::new())).unwrap();
     let mut ws = connect_to(&emulator, &emulator.data_url("s1"));
     let mut bad = hello(&["files"], Some("/srv/root"));
@@ -170,9 +170,16 @@ fn a_failed_auto_handshake_is_recorded_and_the_conn_still_handed_over() {
         problems,
         vec!["recording_routes is [\"local_vlm\"], expected []"]
     );
-    // No ack was sent: the next thing the client sees is what the test sends.
-    conn.send_raw(RawMessage::Text("after".to_owned())).unwrap();
-    assert_eq!(ws.read().unwrap(), Message::text("after"));
+    // No ack was sent: the platform closes with 4400 and says why.
+    let Message::Close(Some(close)) = ws.read().unwrap() else {
+        panic!("no close frame after the invalid HELLO");
+    };
+    assert_eq!(u16::from(close.code), 4400);
+    assert_eq!(
+        close.reason.as_str(),
+        "Invalid HELLO: recording_routes is [\"local_vlm\"], expected []"
+    );
+    assert!(conn.send_raw(RawMessage::Text("after".to_owned())).is_err());
 }
 
 #[test]
