@@ -562,7 +562,9 @@ fn is_semver(text: &str) -> bool {
 /// letters, digits and the `extra` punctuation.
 fn is_name(text: &str, extra: &[char]) -> bool {
     let mut chars = text.chars();
-    chars.next().is_some_and(|first| first.is_ascii_alphanumeric())
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphanumeric())
         && chars.all(|rest| rest.is_ascii_alphanumeric() || extra.contains(&rest))
 }
 

@@ -242,7 +242,10 @@ fn serve(conn: &Conn, args: &Args, out: &mut dyn Write) -> io::Result<bool> {
 fn obeyed_the_rules(conn: &Conn, out: &mut dyn Write) -> io::Result<bool> {
     let violations = conn.take_violations();
     for violation in &violations {
-        writeln!(out, "FAIL the platform would end the connection: {violation}")?;
+        writeln!(
+            out,
+            "FAIL the platform would end the connection: {violation}"
+        )?;
     }
     Ok(violations.is_empty())
 }

@@ -283,7 +283,9 @@ pub(crate) enum Judgement {
 }
 
 enum Stage {
-    AwaitingHello { deadline: Instant },
+    AwaitingHello {
+        deadline: Instant,
+    },
     Serving,
     /// The emulator refused the HELLO or closed for a violation: what
     /// follows is not judged.
@@ -510,8 +512,8 @@ mod tests {
 
     #[test]
     fn raw_envelopes_are_read_without_their_payload() {
-        let sent = Sent::of_raw(br#"{"payload":{"path":[0,0,0]},"id":"z","type":"FILE_STAT"}"#)
-            .unwrap();
+        let sent =
+            Sent::of_raw(br#"{"payload":{"path":[0,0,0]},"id":"z","type":"FILE_STAT"}"#).unwrap();
         assert_eq!(sent.message_type, "FILE_STAT");
         assert_eq!(sent.id, "z");
         assert!(sent.resend.is_some());

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 
+use serde_json::json;
 use support::fake::{ROOT, fake_shim};
 use support::{connect, hello, read_json, send, trusting};
 
@@ -125,4 +126,28 @@ fn usage_errors_exit_two() {
     let output = Command::new(BIN).arg("--help").output().unwrap();
     assert_eq!(output.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&output.stdout).contains("--session-id"));
+}
+
+#[test]
+fn a_shim_breaking_the_relay_rules_fails_the_run() {
+    let (mut child, fields, mut stdout) = start(&["--once", "--session-id", "s1"]);
+    let data_url = field(&fields, "data url");
+    let ca_file = PathBuf::from(field(&fields, "ca file"));
+    let mut ws = connect(data_url, Some(trusting(&ca_file)), None).unwrap();
+    send(&mut ws, &hello(&["files"], Some(ROOT)));
+    let ack = read_json(&mut ws);
+    assert_eq!(ack["type"], "HELLO_ACK");
+    let ping = support::frame("PING", "from-the-shim", serde_json::Value::Null, json!({}));
+    send(&mut ws, &ping);
+    // Read until the emulator ends the connection.
+    while ws.read().is_ok() {}
+
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(1), "{rest}");
+    assert!(
+        rest.contains("FAIL the platform would end the connection: PING from the shim"),
+        "{rest}"
+    );
 }
