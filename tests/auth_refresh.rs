@@ -14,7 +14,8 @@ use autogpt_shim::secrets::SecretString;
 use autogpt_shim::transport::{Connector, ProxyConfig};
 use autogpt_shim_emulator::oauth::form_fields;
 use autogpt_shim_emulator::{
-    Emulator, EmulatorOptions, HelloAck, OAuthEmulator, TokenBehaviour, UpgradeBehaviour,
+    AttemptOutcome, Emulator, EmulatorOptions, Ending, HelloAck, OAuthEmulator, TokenBehaviour,
+    UpgradeBehaviour,
 };
 use rustix::process::Signal;
 use start_support::*;
@@ -82,6 +83,61 @@ fn a_401_refreshes_once_and_the_retry_carries_the_new_token() {
         assert!(!shim.output().contains(secret), "{secret} in the output");
         assert!(!audit.contains(secret), "{secret} in the audit log");
     }
+}
+
+#[test]
+fn a_4401_close_reconnects_with_a_refreshed_token_and_revokes_nothing() {
+    let home = Home::new();
+    let oauth = OAuthEmulator::start().unwrap();
+    oauth.push_token(TokenBehaviour::Body(
+        r#"{"access_token":"at-renewed-after-4401","refresh_token":"rt-renewed-after-4401","token_type":"Bearer","expires_in":3600,"scope":"USE_TOOLS"}"#.into(),
+    ));
+    let platform = Emulator::start(EmulatorOptions::new().expect_token(ACCESS)).unwrap();
+    let mut shim = start_split(&home, &oauth, &platform);
+    let (first, _) = connect(&platform, HelloAck::new().grant(["files"]));
+    settle(&first);
+
+    // The access token expires: the platform closes with 4401 and takes
+    // only the renewed token from now on.
+    platform.set_expected_token(Some("at-renewed-after-4401"));
+    first.expire_token().unwrap();
+    assert!(
+        matches!(
+            first.wait_closed(WAIT),
+            Some(Ending::ClosedByEmulator { code: 4401, .. })
+        ),
+        "{:?}",
+        first.ending()
+    );
+    let (second, _) = connect(&platform, HelloAck::new().grant(["files"]));
+    assert_eq!(second.authorization(), Some("Bearer at-renewed-after-4401"));
+    settle(&second);
+    let outcomes: Vec<AttemptOutcome> = platform
+        .attempts()
+        .into_iter()
+        .map(|attempt| attempt.outcome)
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            AttemptOutcome::Upgraded,
+            AttemptOutcome::Rejected(401),
+            AttemptOutcome::Upgraded
+        ]
+    );
+    assert_eq!(oauth.requests().len(), 1, "one refresh");
+    let tokens = home.store().tokens().unwrap();
+    assert_eq!(tokens.access.unwrap().expose(), "at-renewed-after-4401");
+
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let ops = home.ops();
+    assert!(!ops.iter().any(|op| op == "SESSION_REVOKED"), "{ops:?}");
+    assert!(ops.iter().any(|op| op == "TOKEN_REFRESHED"), "{ops:?}");
+    let disconnected = home.wait_record("WS_DISCONNECTED", WAIT);
+    let reason = disconnected["details"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("ws_closed_4401"), "{reason}");
+    assert_eq!(home.verify().0, 0);
 }
 
 #[test]

@@ -119,6 +119,48 @@ fn start_reconnects_after_the_emulator_drops_the_connection() {
 }
 
 #[test]
+fn reads_lost_with_a_connection_are_answered_when_resent_after_the_reconnect() {
+    let home = Home::new();
+    std::fs::write(home.root.join("notes.txt"), "kept across reconnects").unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let (first, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    settle(&first);
+    // The platform reads nothing more: whatever the shim answers is lost
+    // with the connection.
+    first.read_slowly(0, Duration::from_secs(3600));
+    let read = first
+        .request("FILE_READ", json!({"path": "notes.txt"}))
+        .unwrap();
+    let stat = first
+        .request("FILE_STAT", json!({"path": "notes.txt"}))
+        .unwrap();
+    let list = first.request("FILE_LIST", json!({"path": "."})).unwrap();
+    first.drop_tcp().unwrap();
+    first.wait_closed(WAIT).unwrap();
+
+    let (second, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let resent = second.resend_unanswered_reads().unwrap();
+    assert_eq!(resent, [read.clone(), stat.clone(), list.clone()]);
+    let contents = response_within(&second, &read, WAIT);
+    assert_eq!(contents["type"], "FILE_CONTENTS", "{contents}");
+    assert_eq!(contents["payload"]["content"], "kept across reconnects");
+    let stat = response_within(&second, &stat, WAIT);
+    assert_eq!(stat["type"], "FILE_STAT_RESPONSE", "{stat}");
+    assert_eq!(stat["payload"]["size_bytes"], 22);
+    let list = response_within(&second, &list, WAIT);
+    assert_eq!(list["type"], "FILE_LIST_RESPONSE", "{list}");
+    assert_eq!(list["payload"]["entries"][0]["name"], "notes.txt", "{list}");
+    // Nothing of the old connection came on the new one: every answer
+    // correlates (the emulator would have failed the test otherwise).
+    settle(&second);
+    assert_eq!(second.violations(), []);
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    assert_eq!(home.verify().0, 0);
+}
+
+#[test]
 fn start_reconnects_after_a_normal_close() {
     let home = Home::new();
     let emulator = emulator();
