@@ -96,7 +96,7 @@ fn an_invalid_hello_is_refused_with_every_problem_named() {
 }
 
 #[test]
-fn a_first_frame_that_is_not_json_fails_the_hello() {
+fn a_first_frame_that_is_not_json_fails_the_hello_and_is_closed_with_4400() {
     let emulator = Emulator::start(EmulatorOptions::new()).unwrap();
     let mut ws = connect_to(&emulator, &emulator.data_url("s1"));
     let conn = emulator.accept(WAIT).unwrap();
@@ -104,6 +104,14 @@ fn a_first_frame_that_is_not_json_fails_the_hello() {
     assert_eq!(
         conn.try_expect_hello(WAIT),
         Err(HelloError::NotJson("HELLO?".to_owned()))
+    );
+    let Message::Close(Some(close)) = ws.read().unwrap() else {
+        panic!("no close frame after a first frame that is not JSON");
+    };
+    assert_eq!(u16::from(close.code), 4400);
+    assert_eq!(
+        close.reason.as_str(),
+        "Invalid HELLO: the first message is not a JSON object"
     );
 }
 

@@ -131,20 +131,6 @@ fn a_hello_of_another_protocol_major_is_closed_with_4426() {
 }
 
 #[test]
-fn a_first_message_that_is_not_json_is_closed_with_4400() {
-    let emulator = Emulator::start(EmulatorOptions::new()).unwrap();
-    let mut ws = connect_to(&emulator, &emulator.data_url("s1"));
-    let _conn = emulator.accept(WAIT).unwrap();
-    ws.send(Message::text("HELLO?")).unwrap();
-    let (code, reason) = close_of(&mut ws);
-    assert_eq!(code, 4400);
-    assert_eq!(
-        reason,
-        "Invalid HELLO: the first message is not a JSON object"
-    );
-}
-
-#[test]
 fn no_hello_within_the_deadline_is_closed_with_4408() {
     let emulator =
         Emulator::start(EmulatorOptions::new().hello_deadline(Duration::from_millis(200))).unwrap();
