@@ -973,6 +973,46 @@ mod tests {
     }
 
     #[test]
+    fn names_and_plain_text_follow_the_platform_patterns() {
+        let machine = ['.', '_', ':', '-'];
+        assert!(is_name("4c6f1b0e-9d2a:host_1.local", &machine));
+        assert!(!is_name("-leading-dash", &machine));
+        assert!(!is_name("", &machine));
+        assert!(!is_name("with space", &machine));
+        assert!(!is_name("slash/inside", &machine));
+        assert!(is_plain_text("Alice's laptop (é)"));
+        assert!(!is_plain_text("a<b"));
+        assert!(!is_plain_text("line\nbreak"));
+        assert!(!is_plain_text("c1\u{85}control"));
+    }
+
+    #[test]
+    fn only_another_protocol_major_is_a_version_mismatch() {
+        let kind = data_kind();
+        let with_version = |version: &str| {
+            let mut hello = valid_hello(json!(["files"]), json!("/r"));
+            hello["payload"]["protocol_version"] = json!(version);
+            let text = hello.to_string();
+            check_hello(&text, Some(&hello), &kind)
+        };
+        assert!(matches!(
+            with_version("2.0"),
+            Err(HelloError::VersionMismatch { .. })
+        ));
+        assert!(matches!(
+            with_version("1.0"),
+            Err(HelloError::Invalid { .. })
+        ));
+        assert!(matches!(
+            with_version("two"),
+            Err(HelloError::Invalid { .. })
+        ));
+        assert!(with_version("1.1").is_ok());
+        let (code, _) = with_version("2.0").unwrap_err().close().unwrap();
+        assert_eq!(code, CLOSE_VERSION_MISMATCH);
+    }
+
+    #[test]
     fn semantic_versions() {
         assert!(is_semver("0.1.0"));
         assert!(is_semver("1.2.3-rc.1+build.5"));
