@@ -40,7 +40,7 @@ use crate::exit;
 use crate::jail::roots;
 use crate::jail::{Jail, JailOptions, ProtectedLocations};
 use crate::log::Log;
-use crate::protocol::Backoff;
+use crate::protocol::{Backoff, HelloField, hello_rules};
 use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens, passphrase};
 use crate::sys;
 use crate::transport::Connector;
@@ -130,6 +130,10 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         },
         Mode::Control => Daemon::Control,
     };
+    if let Err(message) = hello_fields(&config, &identity, &daemon) {
+        say!(stderr, "Preflight failed: {message}");
+        return exit::EX_CONFIG;
+    }
 
     // Step 3: secret store, audit key, writer (and the persisted grant
     // revisions in control mode).
@@ -328,6 +332,33 @@ fn own_files(config: &Config, env: &Environment) -> Vec<(&'static str, std::path
         files.push(("passphrase file", file));
     }
     files
+}
+
+/// The values this daemon's `HELLO` would carry, judged by the platform's
+/// rules before anything connects: a value the platform refuses would only
+/// ever be closed with 4400, so it is a configuration error.
+fn hello_fields(config: &Config, identity: &Identity, daemon: &Daemon) -> Result<(), String> {
+    let root = match daemon {
+        Daemon::Legacy { jail, .. } => Some(jail.root()),
+        Daemon::Control => None,
+    };
+    let Some(field) =
+        hello_rules::first_refused(&identity.machine_id, &identity.display_name, root)
+    else {
+        return Ok(());
+    };
+    let origin = match field {
+        HelloField::MachineId if config.configured_machine_id.is_none() => {
+            " (it was detected on this machine; set machine_id in the configuration)"
+        }
+        HelloField::AllowedRoot => " (the session root as sent to the platform)",
+        _ => "",
+    };
+    Err(format!(
+        "invalid {key}{origin}: it {rule}; the platform refuses a connection otherwise",
+        key = field.key(),
+        rule = field.rule()
+    ))
 }
 
 /// CLI.md §8 for the configured root, then pinned.
