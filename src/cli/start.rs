@@ -32,6 +32,7 @@ use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
 use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
 use crate::daemon::pool::{Pool, WORKERS};
+use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
@@ -702,6 +703,14 @@ fn conclude(
             say!(stderr, "Preflight failed: {reason}");
             stop_record(audit, stop_written, exit::EX_CONFIG, stderr)
         }
+        Outcome::Refused(refusal) => {
+            say!(
+                stderr,
+                "{PROGRAM}: stopping after {} refused attempts: {refusal}",
+                REFUSAL_RETRIES + 1
+            );
+            stop_record(audit, stop_written, refusal_exit(refusal.kind), stderr)
+        }
         Outcome::AuditFailed => {
             say!(
                 stderr,
@@ -709,6 +718,20 @@ fn conclude(
             );
             exit::EX_CONFIG
         }
+    }
+}
+
+/// The exit status after the platform refused every attempt. An invalid
+/// HELLO (4400) is `EX_CONFIG`: everything HELLO carries comes from the
+/// configuration and this machine, so only a change there (or a newer
+/// shim) can help. A session not bound to this machine, or a feature off
+/// for the account (403, 4403), is `EX_NOPERM`, like the other refusals of
+/// the platform to let this machine in. Autostart units restart on
+/// neither, so a refusal is never retried forever.
+fn refusal_exit(kind: RefusalKind) -> u8 {
+    match kind {
+        RefusalKind::InvalidHello => exit::EX_CONFIG,
+        RefusalKind::Forbidden | RefusalKind::BindingMismatch => exit::EX_NOPERM,
     }
 }
 
