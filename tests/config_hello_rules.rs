@@ -2,13 +2,17 @@
 //! refuses in `HELLO`: a configuration error (exit 78, one line naming the
 //! key and its rule) before anything connects, never a reconnect loop.
 //! Each test runs the real binary against the platform emulator and checks
-//! that the emulator saw no connection attempt.
+//! that the emulator saw no connection attempt; in control mode a folder
+//! whose path the platform would refuse cannot become a chat's root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod start_support;
 
 use std::time::Duration;
 
+use autogpt_shim_emulator::HelloAck;
+use rustix::process::Signal;
+use serde_json::json;
 use start_support::*;
 
 /// How long after the shim's exit a connection attempt would still have
@@ -103,4 +107,29 @@ fn session_root_with_characters_the_platform_refuses_is_refused_before_connectin
         assert!(emulator.attempts().is_empty(), "{:?}", emulator.attempts());
         assert!(home.records().is_empty(), "{:?}", home.ops());
     }
+}
+
+#[test]
+fn a_folder_whose_path_the_platform_refuses_cannot_be_attached_to_a_chat() {
+    let home = Home::new();
+    let home_path = home.path().canonicalize().unwrap();
+    std::fs::create_dir(home_path.join("a<b>")).unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, _) = accept_with(&emulator, &HelloAck::new());
+    let (browse, reference) = reference_to(&conn, &home_path, "a<b>");
+    let reply = conn
+        .call(
+            "ATTACH_SESSION",
+            json!({"session_id": "chat-1", "browse_id": browse, "directory_ref": reference}),
+            WAIT,
+        )
+        .unwrap();
+    assert_eq!(reply["type"], "ERROR", "{reply}");
+    assert_eq!(reply["payload"]["code"], "DIRECTORY_UNAVAILABLE", "{reply}");
+    let message = reply["payload"]["message"].as_str().unwrap();
+    assert!(message.contains("<, > or a control character"), "{message}");
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    assert_eq!(emulator.attempts().len(), 1, "only the control connection");
 }
