@@ -47,15 +47,19 @@ pub const EX_TEMPFAIL: u8 = 75;
 /// `EX_PROTOCOL`: `auth` received an unusable token response.
 pub const EX_PROTOCOL: u8 = 76;
 
-/// `EX_NOPERM`: terminal authentication failure of `start` (upgrade refused,
-/// token refresh refused definitively, no tokens stored, a `HELLO_ACK` bound
-/// to another session, a control connection bound to a session); `auth`
-/// denied, state mismatch or token endpoint 4xx. Needs the user to
-/// re-authenticate, so autostart units must not restart on it.
+/// `EX_NOPERM`: terminal authentication failure of `start` (token refresh
+/// refused definitively, no tokens stored, a `HELLO_ACK` bound to another
+/// session, a control connection bound to a session), or the platform
+/// refusing this machine on every attempt (upgrade 403, close 4403 before
+/// the `HELLO_ACK`); `auth` denied, state mismatch or token endpoint 4xx.
+/// Needs the user to re-authenticate or rebind, so autostart units must not
+/// restart on it.
 pub const EX_NOPERM: u8 = 77;
 
 /// `EX_CONFIG`: invalid configuration file or values (any command); any
 /// `start` preflight failure, including an unusable audit key or secret
-/// store; an audit write failure after start; a blocking `doctor` check.
+/// store and a `HELLO` value the platform does not accept; the platform
+/// refusing the `HELLO` on every attempt (close 4400); an audit write
+/// failure after start; a blocking `doctor` check.
 /// Needs the user to fix something, so autostart units must not restart on it.
 pub const EX_CONFIG: u8 = 78;

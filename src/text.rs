@@ -4,8 +4,12 @@
 //! characters, line separators) is written as an escape.
 //!
 //! Used wherever a message quotes a file name, an OS error or a platform
-//! message, and by `audit show`/`audit tail`; it never shortens or
-//! otherwise changes printable text.
+//! message, and by `audit show`/`audit tail`. [`one_line`] never shortens
+//! or otherwise changes printable text; [`excerpt`] also bounds text whose
+//! size a peer chooses.
+
+/// Largest [`excerpt`], in bytes (after escaping, before the `…` mark).
+pub const EXCERPT_MAX_BYTES: usize = 512;
 
 /// `text` with every non-printing character escaped (`\n`, `\u{1b}`,
 /// `\u{202e}`, …).
@@ -19,6 +23,25 @@ pub fn one_line(text: &str) -> String {
         }
     }
     out
+}
+
+/// `text` as [`one_line`] shows it, cut on a character boundary to at most
+/// [`EXCERPT_MAX_BYTES`] and then marked with `…`: for the free text of an
+/// untrusted peer (a close reason, the `detail` of a refusal), which is
+/// shown and recorded but must not grow a message or a record at will.
+pub fn excerpt(text: &str) -> String {
+    // Escaping at most multiplies the size, so a prefix of this many
+    // characters always yields enough to cut from.
+    let head: String = text.chars().take(EXCERPT_MAX_BYTES + 1).collect();
+    let shown = one_line(&head);
+    if shown.len() <= EXCERPT_MAX_BYTES && head.len() == text.len() {
+        return shown;
+    }
+    let mut end = EXCERPT_MAX_BYTES.min(shown.len());
+    while !shown.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &shown[..end])
 }
 
 /// Whether `c` must not reach a terminal raw: a C0 or C1 control or DEL
@@ -62,6 +85,22 @@ mod tests {
     #[test]
     fn control_characters_are_escaped_and_the_rest_kept() {
         assert_eq!(super::one_line("a\nb\u{1b}[31mé"), "a\\nb\\u{1b}[31mé");
+    }
+
+    #[test]
+    fn an_excerpt_escapes_and_bounds_the_text() {
+        assert_eq!(
+            super::excerpt("bound to\nanother machine"),
+            "bound to\\nanother machine"
+        );
+        let long = super::excerpt(&"é".repeat(10_000));
+        assert!(long.ends_with('…'), "{long}");
+        assert!(long.len() <= super::EXCERPT_MAX_BYTES + '…'.len_utf8());
+        let escaped = super::excerpt(&"\u{1b}".repeat(1_000));
+        assert!(escaped.starts_with("\\u{1b}") && escaped.ends_with('…'));
+        assert!(escaped.len() <= super::EXCERPT_MAX_BYTES + '…'.len_utf8());
+        let exact = "a".repeat(super::EXCERPT_MAX_BYTES);
+        assert_eq!(super::excerpt(&exact), exact);
     }
 
     #[test]

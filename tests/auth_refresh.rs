@@ -21,23 +21,6 @@ use rustix::process::Signal;
 use start_support::*;
 use zeroize::Zeroizing;
 
-/// The shim with the token endpoint on the OAuth emulator and the
-/// WebSocket on the platform emulator.
-fn start_split(home: &Home, oauth: &OAuthEmulator, platform: &Emulator) -> Shim {
-    let ca = platform.ca_file().unwrap().to_str().unwrap().to_owned();
-    let mut command = home.command(&[
-        "--platform-url",
-        &oauth.base_url(),
-        "--ca-file",
-        &ca,
-        "start",
-        "--session-id",
-        SESSION,
-    ]);
-    command.env("AUTOGPT_SHIM_PLATFORM_WS_URL", platform.ws_url());
-    Shim::spawn(command)
-}
-
 #[test]
 fn a_401_refreshes_once_and_the_retry_carries_the_new_token() {
     let home = Home::new();

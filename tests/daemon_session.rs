@@ -20,6 +20,7 @@ use autogpt_shim::daemon::session::{
 };
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::{Jail, JailOptions};
+use autogpt_shim::transport::CloseInfo;
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use serde_json::{Value, json};
 
@@ -519,7 +520,13 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
     let ping = conn.ping().unwrap();
     assert_eq!(conn.wait_response(&ping, t).unwrap()["type"], "PONG");
     conn.close(1000, "bye").unwrap();
-    assert_eq!(shim.join().unwrap(), End::Closed(Some(1000)));
+    assert_eq!(
+        shim.join().unwrap(),
+        End::Closed(Some(CloseInfo {
+            code: 1000,
+            reason: "bye".into()
+        }))
+    );
     assert_eq!(std::fs::read(root.join("tls.txt")).unwrap(), b"over tls");
 }
 

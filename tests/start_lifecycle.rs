@@ -289,21 +289,6 @@ fn hello_ack_for_another_session_is_an_authentication_failure() {
 }
 
 #[test]
-fn forbidden_upgrade_exits_77_without_retrying() {
-    let home = Home::new();
-    let emulator = autogpt_shim_emulator::Emulator::start(
-        autogpt_shim_emulator::EmulatorOptions::new()
-            .upgrades([autogpt_shim_emulator::UpgradeBehaviour::Status(403)]),
-    )
-    .unwrap();
-    let mut shim = Shim::start(&home, &emulator, &[]);
-    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
-    assert!(shim.stderr.text().contains("Authentication failed: "));
-    assert_eq!(emulator.attempts().len(), 1);
-    assert_eq!(home.ops(), ["SHIM_START", "SHIM_STOP"]);
-}
-
-#[test]
 fn start_without_tokens_exits_77_and_records_start_and_stop() {
     let home = Home::without_tokens();
     let emulator = emulator();

@@ -38,7 +38,10 @@ fn refused_with(status: u16) -> (TransportError, Option<String>) {
 #[test]
 fn an_upgrade_answered_401_asks_for_a_token_refresh() {
     let (error, authorization) = refused_with(401);
-    assert!(matches!(error, TransportError::Unauthorized), "{error:?}");
+    assert!(
+        matches!(error, TransportError::Unauthorized { .. }),
+        "{error:?}"
+    );
     assert_eq!(error.disposition(), Disposition::RefreshToken);
     assert!(error.needs_token_refresh());
     assert!(!error.is_transient() && !error.is_terminal());
@@ -46,11 +49,14 @@ fn an_upgrade_answered_401_asks_for_a_token_refresh() {
 }
 
 #[test]
-fn an_upgrade_answered_403_is_a_terminal_failure() {
+fn an_upgrade_answered_403_is_a_refusal() {
     let (error, _) = refused_with(403);
-    assert!(matches!(error, TransportError::Forbidden), "{error:?}");
-    assert_eq!(error.disposition(), Disposition::Terminal);
-    assert!(error.is_terminal());
+    assert!(
+        matches!(error, TransportError::Forbidden { .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.disposition(), Disposition::Refused);
+    assert!(!error.is_terminal() && !error.is_transient());
     assert_eq!(error.audit_reason(), "loop_error: http_403");
 }
 

@@ -47,6 +47,15 @@ pub enum UpgradeBehaviour {
     Accept,
     /// Refuse the upgrade with this HTTP status (e.g. 401, 403, 500).
     Status(u16),
+    /// Refuse the upgrade as the platform does when it explains why: this
+    /// HTTP status with the JSON body `{"detail": <detail>}` (e.g. 403 for a
+    /// session that is not bound to this machine).
+    Refuse {
+        /// The HTTP status.
+        status: u16,
+        /// The body's `detail`.
+        detail: String,
+    },
     /// Close the TCP connection after reading the request, without any
     /// HTTP answer.
     DropConnection,
@@ -352,10 +361,11 @@ struct Seen {
     decision: Option<Decision>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Decision {
     Upgrade,
-    Reject(u16),
+    /// The status, and the `detail` of a JSON body (else a text body).
+    Reject(u16, Option<String>),
     Unanswered,
 }
 
@@ -441,25 +451,26 @@ fn upgrade(
                         if seen.authorization.as_deref()
                             != Some(format!("Bearer {token}").as_str()) =>
                     {
-                        Decision::Reject(401)
+                        Decision::Reject(401, None)
                     }
                     _ => Decision::Upgrade,
                 }
             }
-            UpgradeBehaviour::Status(status) => Decision::Reject(status),
+            UpgradeBehaviour::Status(status) => Decision::Reject(status, None),
+            UpgradeBehaviour::Refuse { status, detail } => Decision::Reject(status, Some(detail)),
             UpgradeBehaviour::DropConnection => Decision::Unanswered,
             UpgradeBehaviour::Hang(duration) => {
                 hang(duration, &shared.stop);
                 Decision::Unanswered
             }
         };
-        seen.decision = Some(decision);
+        seen.decision = Some(decision.clone());
         match decision {
             Decision::Upgrade => Ok(response),
-            Decision::Reject(status) => Err(error_response(status)),
+            Decision::Reject(status, detail) => Err(error_response(status, detail.as_deref())),
             Decision::Unanswered => {
                 mute.store(true, Ordering::SeqCst);
-                Err(error_response(500))
+                Err(error_response(500, None))
             }
         }
     };
@@ -471,7 +482,7 @@ fn upgrade(
         Ok(ws) => ws,
         Err(message) => {
             return Err(match seen.decision {
-                Some(Decision::Reject(status)) => AttemptOutcome::Rejected(status),
+                Some(Decision::Reject(status, _)) => AttemptOutcome::Rejected(status),
                 Some(Decision::Unanswered) => AttemptOutcome::Unanswered,
                 _ => AttemptOutcome::HandshakeFailed(message),
             });
@@ -527,12 +538,24 @@ fn hang(duration: Duration, stop: &AtomicBool) {
     }
 }
 
-fn error_response(status: u16) -> ErrorResponse {
+/// The refusal's response: `{"detail": …}` as JSON when there is a
+/// detail, else a one-line text body naming the status.
+fn error_response(status: u16, detail: Option<&str>) -> ErrorResponse {
     let reason = http::StatusCode::from_u16(status)
         .ok()
         .and_then(|code| code.canonical_reason())
         .unwrap_or("Refused");
-    let mut response = ErrorResponse::new(Some(format!("{status} {reason}\n")));
+    let body = match detail {
+        Some(detail) => serde_json::json!({ "detail": detail }).to_string(),
+        None => format!("{status} {reason}\n"),
+    };
+    let mut response = ErrorResponse::new(Some(body));
+    if detail.is_some() {
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+    }
     // An unrepresentable status (outside 100..=999) becomes 500 rather than
     // an answer the HTTP layer cannot write.
     *response.status_mut() =

@@ -82,6 +82,31 @@ fn queued_statuses_answer_the_attempts_in_order_then_the_upgrade_succeeds() {
 }
 
 #[test]
+fn a_refusal_with_a_detail_answers_its_status_and_a_json_detail_body() {
+    let detail = "Session is not bound to this machine";
+    let emulator = Emulator::start(EmulatorOptions::new().upgrades([UpgradeBehaviour::Refuse {
+        status: 403,
+        detail: detail.into(),
+    }]))
+    .unwrap();
+    let ca = emulator.ca_file().unwrap().to_path_buf();
+    let refused = connect(&emulator.data_url("s1"), Some(trusting(&ca)), Some("t"));
+    let Err(tungstenite::Error::Http(response)) = refused else {
+        panic!("expected an HTTP refusal, got {refused:?}");
+    };
+    assert_eq!(response.status().as_u16(), 403);
+    assert_eq!(
+        response.headers().get("content-type").unwrap(),
+        "application/json"
+    );
+    let body: serde_json::Value =
+        serde_json::from_slice(response.body().as_deref().unwrap()).unwrap();
+    assert_eq!(body, serde_json::json!({ "detail": detail }));
+    let attempts = emulator.wait_attempts(1, WAIT);
+    assert_eq!(attempts[0].outcome, AttemptOutcome::Rejected(403));
+}
+
+#[test]
 fn an_expected_token_refuses_other_bearers_with_401_and_can_change() {
     let emulator = Emulator::start(EmulatorOptions::new().expect_token("good")).unwrap();
     let tls = || Some(trusting(emulator.ca_file().unwrap()));

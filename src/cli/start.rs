@@ -32,6 +32,7 @@ use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
 use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
 use crate::daemon::pool::{Pool, WORKERS};
+use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
@@ -40,7 +41,7 @@ use crate::exit;
 use crate::jail::roots;
 use crate::jail::{Jail, JailOptions, ProtectedLocations};
 use crate::log::Log;
-use crate::protocol::Backoff;
+use crate::protocol::{Backoff, HelloField, hello_rules};
 use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens, passphrase};
 use crate::sys;
 use crate::transport::Connector;
@@ -130,6 +131,10 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         },
         Mode::Control => Daemon::Control,
     };
+    if let Err(message) = hello_fields(&config, &identity, &daemon) {
+        say!(stderr, "Preflight failed: {message}");
+        return exit::EX_CONFIG;
+    }
 
     // Step 3: secret store, audit key, writer (and the persisted grant
     // revisions in control mode).
@@ -328,6 +333,33 @@ fn own_files(config: &Config, env: &Environment) -> Vec<(&'static str, std::path
         files.push(("passphrase file", file));
     }
     files
+}
+
+/// The values this daemon's `HELLO` would carry, judged by the platform's
+/// rules before anything connects: a value the platform refuses would only
+/// ever be closed with 4400, so it is a configuration error.
+fn hello_fields(config: &Config, identity: &Identity, daemon: &Daemon) -> Result<(), String> {
+    let root = match daemon {
+        Daemon::Legacy { jail, .. } => Some(jail.root()),
+        Daemon::Control => None,
+    };
+    let Some(field) =
+        hello_rules::first_refused(&identity.machine_id, &identity.display_name, root)
+    else {
+        return Ok(());
+    };
+    let origin = match field {
+        HelloField::MachineId if config.configured_machine_id.is_none() => {
+            " (it was detected on this machine; set machine_id in the configuration)"
+        }
+        HelloField::AllowedRoot => " (the session root as sent to the platform)",
+        _ => "",
+    };
+    Err(format!(
+        "invalid {key}{origin}: it {rule}; the platform refuses a connection otherwise",
+        key = field.key(),
+        rule = field.rule()
+    ))
 }
 
 /// CLI.md §8 for the configured root, then pinned.
@@ -671,6 +703,14 @@ fn conclude(
             say!(stderr, "Preflight failed: {reason}");
             stop_record(audit, stop_written, exit::EX_CONFIG, stderr)
         }
+        Outcome::Refused(refusal) => {
+            say!(
+                stderr,
+                "{PROGRAM}: stopping after {} refused attempts: {refusal}",
+                REFUSAL_RETRIES + 1
+            );
+            stop_record(audit, stop_written, refusal_exit(refusal.kind), stderr)
+        }
         Outcome::AuditFailed => {
             say!(
                 stderr,
@@ -678,6 +718,20 @@ fn conclude(
             );
             exit::EX_CONFIG
         }
+    }
+}
+
+/// The exit status after the platform refused every attempt. An invalid
+/// HELLO (4400) is `EX_CONFIG`: everything HELLO carries comes from the
+/// configuration and this machine, so only a change there (or a newer
+/// shim) can help. A session not bound to this machine, or a feature off
+/// for the account (403, 4403), is `EX_NOPERM`, like the other refusals of
+/// the platform to let this machine in. Autostart units restart on
+/// neither, so a refusal is never retried forever.
+fn refusal_exit(kind: RefusalKind) -> u8 {
+    match kind {
+        RefusalKind::InvalidHello => exit::EX_CONFIG,
+        RefusalKind::Forbidden | RefusalKind::BindingMismatch => exit::EX_NOPERM,
     }
 }
 

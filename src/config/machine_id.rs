@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
 use super::file::open_regular_file;
+use crate::protocol::hello_rules::{HelloField, MAX_MACHINE_ID_CHARS, is_machine_id_char};
 
 /// Id files are tiny; anything larger is not an id.
 const MAX_ID_FILE_BYTES: u64 = 4096;
@@ -155,7 +156,7 @@ pub fn fallback(file: &Path, hostname: &str) -> Result<String, ConfigError> {
             return Ok(id.clone());
         }
     }
-    let generated = format!("{hostname}-{}", new_uuid_v4()?);
+    let generated = generated_id(hostname, &new_uuid_v4()?);
     if existing.is_some() {
         // An empty id file would make every process invent its own id;
         // filling it makes the next one stable. Failure is tolerated.
@@ -170,6 +171,30 @@ pub fn fallback(file: &Path, hostname: &str) -> Result<String, ConfigError> {
             .filter(|id| !id.is_empty())
             .unwrap_or(generated)),
         Err(_) => Ok(generated),
+    }
+}
+
+/// `<hostname>-<uuid>` as the reference makes it, whenever the platform
+/// accepts that; otherwise the host name's refused characters become `-`,
+/// its leading non-alphanumerics are dropped and it is cut so the whole id
+/// fits, and with nothing left the id is the UUID alone. So an id this
+/// shim invents is always one the platform accepts.
+fn generated_id(hostname: &str, uuid: &str) -> String {
+    let reference = format!("{hostname}-{uuid}");
+    if HelloField::MachineId.accepts(&reference) {
+        return reference;
+    }
+    let room = MAX_MACHINE_ID_CHARS - uuid.len() - 1;
+    let host: String = hostname
+        .chars()
+        .map(|c| if is_machine_id_char(c) { c } else { '-' })
+        .skip_while(|c| !c.is_ascii_alphanumeric())
+        .take(room)
+        .collect();
+    if host.is_empty() {
+        uuid.to_owned()
+    } else {
+        format!("{host}-{uuid}")
     }
 }
 
@@ -294,5 +319,39 @@ mod command {
                 run_with_timeout(Path::new("/nonexistent/ioreg"), &[], Duration::from_secs(1));
             assert_eq!(out, None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID: &str = "0f3c2d1e-aaaa-4bbb-8ccc-0123456789ab";
+
+    #[test]
+    fn a_generated_id_is_the_reference_one_when_the_platform_accepts_it() {
+        assert_eq!(
+            generated_id("laptop.local", UUID),
+            format!("laptop.local-{UUID}")
+        );
+    }
+
+    #[test]
+    fn a_generated_id_always_satisfies_the_platform_rule() {
+        for host in [
+            "",
+            "-dash",
+            "..",
+            "has space",
+            "ünï<cøde>",
+            "\u{1b}[31m",
+            &"h".repeat(300),
+        ] {
+            let id = generated_id(host, UUID);
+            assert!(HelloField::MachineId.accepts(&id), "{host:?} -> {id:?}");
+            assert!(id.ends_with(UUID), "{id}");
+        }
+        assert_eq!(generated_id("", UUID), UUID);
+        assert_eq!(generated_id("has space", UUID), format!("has-space-{UUID}"));
     }
 }

@@ -58,9 +58,9 @@ pub const REDIRECT_PORT_COUNT: u16 = 12;
 /// Upper bound for the reconnect delays: anything longer than a day is a
 /// typo, and bounded values convert to `Duration` without overflow.
 pub const MAX_RECONNECT_SECONDS: f64 = 86_400.0;
+use crate::protocol::HelloField;
 pub use crate::protocol::backpressure::MIN_RECONNECT_SECONDS;
-/// Longest `display_name`, in chars.
-pub const MAX_DISPLAY_NAME_CHARS: usize = 128;
+pub use crate::protocol::hello_rules::MAX_DISPLAY_NAME_CHARS;
 
 /// The effective configuration. Cheap to clone (one reference count);
 /// immutable once built. Fields are read through `Deref` to [`Settings`].
@@ -385,12 +385,11 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
     let configured_machine_id = layers.optional_string("machine_id")?.value;
 
     let display_name = layers.string("display_name", &default_display_name(&ctx.host.hostname))?;
-    let chars = display_name.value.chars().count();
-    if chars == 0 || chars > MAX_DISPLAY_NAME_CHARS {
+    if !HelloField::DisplayName.accepts(&display_name.value) {
         return Err(invalid(
             "display_name",
             &display_name,
-            "must be 1 to 128 characters long",
+            HelloField::DisplayName.rule(),
         ));
     }
 
@@ -573,10 +572,15 @@ fn mode(layers: &Layers) -> Result<Mode, ConfigError> {
     })
 }
 
-/// The host name, cut to the display-name limit; a placeholder when the OS
-/// reports none, so the default always satisfies the constraint.
+/// The host name without the characters the platform refuses in a display
+/// name, cut to its limit; a placeholder when nothing is left, so the
+/// default always satisfies the rule.
 fn default_display_name(hostname: &str) -> String {
-    let name: String = hostname.chars().take(MAX_DISPLAY_NAME_CHARS).collect();
+    let name: String = hostname
+        .chars()
+        .filter(|&c| HelloField::DisplayName.accepts(c.encode_utf8(&mut [0; 4])))
+        .take(MAX_DISPLAY_NAME_CHARS)
+        .collect();
     if name.is_empty() {
         "localhost".to_owned()
     } else {

@@ -383,6 +383,12 @@ fn child_ended(
                 format!("the runtime of session {session_id} ended: {reason}"),
             );
         }
+        Outcome::Refused(refusal) => {
+            log.warn(
+                "child",
+                format!("the runtime of session {session_id} ended: {refusal}"),
+            );
+        }
         daemon_wide @ (Outcome::CredentialsRefused(_)
         | Outcome::AuditFailed
         | Outcome::Config(_)) => {

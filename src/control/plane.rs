@@ -32,7 +32,7 @@ use crate::jail::{ProtectedLocations, roots};
 use crate::log::Log;
 use crate::protocol::{
     Ack, ActivateSession, AttachSession, DetachSession, DirectoryListRequest, ErrorCode,
-    ErrorPayload, Message, RestoreSession, SessionActivated, SessionAttached,
+    ErrorPayload, HelloField, Message, RestoreSession, SessionActivated, SessionAttached,
 };
 
 /// Idle children are looked for this often (CONTROL.md §10.4).
@@ -41,6 +41,8 @@ pub const REAP_INTERVAL: Duration = Duration::from_secs(30);
 pub const IDLE_AFTER: Duration = Duration::from_secs(600);
 
 const DANGEROUS_ROOT: &str = "The selected directory cannot be used as a session root";
+/// A folder whose path the platform refuses in the chat's HELLO.
+const ROOT_NOT_SENDABLE: &str = "The selected directory's path cannot be sent to the platform: it is longer than 4096 characters or holds <, > or a control character";
 const AUDIT_FAILED: &str = "The audit record of this operation could not be written.";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -436,6 +438,11 @@ impl Inner {
             || self.holds_own_files(&resolved.path)
         {
             return refuse(ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT);
+        }
+        // The chat's HELLO would carry this path; the platform refuses it
+        // there, so it is refused here, before a grant exists.
+        if !HelloField::AllowedRoot.accepts(&resolved.text) {
+            return refuse(ErrorCode::DirectoryUnavailable, ROOT_NOT_SENDABLE);
         }
         // Step 3 (the browse may have expired or been evicted meanwhile).
         {

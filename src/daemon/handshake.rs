@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::refusal::RefusalKind;
 use crate::config::{Config, ConfigError, Settings};
 use crate::protocol::version::mismatch_close_reason;
 use crate::protocol::{
@@ -303,6 +304,9 @@ pub enum AckInput {
     Closed {
         /// The received close code.
         code: Option<u16>,
+        /// The close frame's reason text, as an
+        /// [`excerpt`](crate::text::excerpt) (empty without one).
+        reason: String,
     },
     /// A frame arrived but failed PROTOCOL.md §2.3.
     Invalid(DecodeError),
@@ -358,6 +362,8 @@ pub enum AckRejection {
     Closed {
         /// The received close code, if any.
         code: Option<u16>,
+        /// The platform's reason text (escaped and bounded; may be empty).
+        reason: String,
     },
     /// Step 2: the frame failed §2.3 (this includes a `HELLO_ACK` whose
     /// limits are ≤ 0 or whose `session_id` is `""`).
@@ -460,6 +466,11 @@ pub enum AfterFailure {
     Terminal,
     /// Terminal authentication failure (§4.4 step 5): exit status 77.
     TerminalAuthFailure,
+    /// The platform refused the handshake (4400 or 4403 before the ACK):
+    /// reconnect with backoff, but only [`REFUSAL_RETRIES`] times.
+    ///
+    /// [`REFUSAL_RETRIES`]: super::refusal::REFUSAL_RETRIES
+    Refused(RefusalKind),
 }
 
 /// A refused handshake: the rule that fired and, derived from it, what the
@@ -495,12 +506,16 @@ impl AckFailure {
     /// authentication failure.
     pub fn after(&self) -> AfterFailure {
         match &self.rejection {
-            // Row 1 makes every other close during the handshake a failed
-            // attempt, so even 1000/1001 reconnect with backoff.
-            AckRejection::Closed { .. } if self.received_terminal().is_none() => {
-                AfterFailure::Reconnect
+            AckRejection::Closed { .. } if self.received_terminal().is_some() => {
+                AfterFailure::Terminal
             }
-            AckRejection::Closed { .. } => AfterFailure::Terminal,
+            // Row 1 makes every other close during the handshake a failed
+            // attempt, so even 1000/1001 reconnect with backoff; a refusal
+            // does so a bounded number of times.
+            AckRejection::Closed { code, .. } => match RefusalKind::from_close(*code) {
+                Some(kind) => AfterFailure::Refused(kind),
+                None => AfterFailure::Reconnect,
+            },
             AckRejection::TimedOut
             | AckRejection::InvalidFrame(_)
             | AckRejection::UnexpectedType(_) => AfterFailure::Reconnect,
@@ -520,7 +535,7 @@ impl AckFailure {
     /// (§3.3; the Rust shim writes it during the handshake too).
     pub fn received_terminal(&self) -> Option<TerminalClose> {
         match &self.rejection {
-            AckRejection::Closed { code } => match classify_close(*code) {
+            AckRejection::Closed { code, .. } => match classify_close(*code) {
                 CloseAction::Terminal(terminal) => Some(terminal),
                 CloseAction::ReconnectNormal | CloseAction::ReconnectBackoff => None,
             },
@@ -533,8 +548,16 @@ impl AckFailure {
     /// `loop_error: <kind>` with a stable kind per rule.
     pub fn audit_reason(&self) -> String {
         match &self.rejection {
-            AckRejection::Closed { code } => disconnect_reason(*code),
+            AckRejection::Closed { code, .. } => disconnect_reason(*code),
             other => format!("loop_error: {}", other.kind()),
+        }
+    }
+
+    /// The platform's reason text for a close it sent, if it gave one.
+    pub fn platform_reason(&self) -> Option<&str> {
+        match &self.rejection {
+            AckRejection::Closed { reason, .. } if !reason.is_empty() => Some(reason),
+            _ => None,
         }
     }
 }
@@ -582,7 +605,9 @@ pub fn check_ack(
     // Steps 1–3: something other than a valid HELLO_ACK.
     let frame = match outcome {
         AckInput::TimedOut => return reject(AckRejection::TimedOut),
-        AckInput::Closed { code } => return reject(AckRejection::Closed { code }),
+        AckInput::Closed { code, reason } => {
+            return reject(AckRejection::Closed { code, reason });
+        }
         AckInput::Invalid(error) => return reject(AckRejection::InvalidFrame(error.invalid)),
         AckInput::Frame(frame) => frame,
     };
@@ -748,16 +773,38 @@ mod tests {
             (Some(1000), "ws_closed_1000_unknown"),
             (Some(1001), "ws_closed_1001_unknown"),
             (Some(1006), "ws_closed_1006_unknown"),
-            (Some(4400), "ws_closed_4400_unknown"),
             (Some(4401), "ws_closed_4401_unknown"),
+            (Some(4408), "ws_closed_4408_unknown"),
             (None, "ws_closed_None_unknown"),
         ] {
-            let failure = refused(check_data(AckInput::Closed { code }));
+            let failure = refused(check_data(AckInput::Closed {
+                code,
+                reason: String::new(),
+            }));
             assert_eq!(failure.rejection.step(), "1");
             assert_eq!(failure.close(), None, "{code:?}: already closed");
             assert_eq!(failure.after(), AfterFailure::Reconnect, "{code:?}");
             assert_eq!(failure.received_terminal(), None);
             assert_eq!(failure.audit_reason(), reason);
+            assert_eq!(failure.platform_reason(), None);
+        }
+    }
+
+    #[test]
+    fn close_4400_or_4403_before_ack_is_a_refusal_with_the_platforms_reason() {
+        for (code, kind) in [
+            (4400, RefusalKind::InvalidHello),
+            (4403, RefusalKind::BindingMismatch),
+        ] {
+            let failure = refused(check_data(AckInput::Closed {
+                code: Some(code),
+                reason: "machine does not match".into(),
+            }));
+            assert_eq!(failure.close(), None);
+            assert_eq!(failure.after(), AfterFailure::Refused(kind));
+            assert_eq!(failure.received_terminal(), None);
+            assert_eq!(failure.audit_reason(), format!("ws_closed_{code}_unknown"));
+            assert_eq!(failure.platform_reason(), Some("machine does not match"));
         }
     }
 
@@ -785,7 +832,10 @@ mod tests {
                 "ws_closed_4429_PLATFORM_SHUTDOWN",
             ),
         ] {
-            let failure = refused(check_control(AckInput::Closed { code: Some(code) }));
+            let failure = refused(check_control(AckInput::Closed {
+                code: Some(code),
+                reason: "bye".into(),
+            }));
             assert_eq!(failure.close(), None);
             assert_eq!(failure.after(), AfterFailure::Terminal);
             assert_eq!(failure.received_terminal(), Some(terminal));

@@ -53,7 +53,7 @@ impl Inbound for LinkIn {
                     self.keepalive.on_pong(&payload);
                 }
                 Ok(Incoming::Idle) => {}
-                Ok(Incoming::Closed(info)) => return Err(Ended::Closed(info.map(|i| i.code))),
+                Ok(Incoming::Closed(info)) => return Err(Ended::Closed(info)),
                 Err(e) => return Err(Ended::Failed(e.audit_reason())),
             }
         }

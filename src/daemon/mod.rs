@@ -16,5 +16,6 @@ pub mod handshake;
 pub mod limits;
 pub mod link;
 pub mod pool;
+pub mod refusal;
 pub mod runtime;
 pub mod session;

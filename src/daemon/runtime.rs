@@ -6,7 +6,8 @@
 //! This module owns the order of the connection's internal audit records
 //! (`WS_CONNECTED`, `CONFIG_RELOADED`, `SESSION_REVOKED`,
 //! `WS_DISCONNECTED`) and the reconnect decision. It never retries a
-//! terminal condition, never sends the token anywhere but the upgrade
+//! terminal condition, retries a refusal of the platform only
+//! [`REFUSAL_RETRIES`] times, never sends the token anywhere but the upgrade
 //! request of the configured URL, and stops at the first audit write that
 //! fails: from then on nothing is served and nothing more is written.
 
@@ -24,6 +25,7 @@ use super::handshake::{
 use super::limits::WorkPool;
 use super::link::{LinkIn, LinkOut};
 use super::pool::Pool;
+use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};
 use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
 use crate::audit::{Details, Entry};
 use crate::log::Log;
@@ -31,7 +33,10 @@ use crate::protocol::{
     self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
     TerminalClose, classify_close,
 };
-use crate::transport::{Connector, Disposition, Incoming, Reader, TransportError, Writer};
+use crate::text::excerpt;
+use crate::transport::{
+    CloseInfo, Connector, Disposition, Incoming, Reader, TransportError, Writer,
+};
 
 const COMPONENT: &str = "connection";
 
@@ -193,6 +198,9 @@ pub enum Outcome {
     /// The configuration cannot work (a refused URL, an unusable CA file):
     /// exit 78.
     Config(String),
+    /// The platform refused this connection on every one of
+    /// `1 + REFUSAL_RETRIES` attempts (a child runtime ends alone).
+    Refused(PlatformRefusal),
 }
 
 /// What one attempt led to.
@@ -204,22 +212,34 @@ enum Next {
     Normal,
     /// Retry the upgrade once, at once, with a renewed token.
     Retry(Zeroizing<String>),
+    /// The platform refused the attempt: like [`Next::Backoff`] until the
+    /// refusals are too many, then the runtime ends.
+    Refused(PlatformRefusal),
     /// The runtime ends.
     End(Outcome),
 }
 
+/// The attempt counters of one runtime.
+#[derive(Debug, Default)]
+struct Tries {
+    /// The backoff exponent (PROTOCOL.md §11.1).
+    attempt: u32,
+    /// Refused attempts since the last accepted `HELLO_ACK`.
+    refusals: u32,
+}
+
 /// Runs the session until it ends.
 pub fn run(session: &Session, pool: &Pool) -> Outcome {
-    let mut attempt: u32 = 0;
+    let mut tries = Tries::default();
     let mut renewed: Option<Zeroizing<String>> = None;
     loop {
         if session.stop.load(Ordering::SeqCst) {
             return Outcome::Stopped;
         }
         let next = match renewed.take() {
-            Some(token) => attempt_once(session, pool, Some(token), true, &mut attempt),
+            Some(token) => attempt_once(session, pool, Some(token), true, &mut tries),
             None => match session.credentials.access_token() {
-                Ok(token) => attempt_once(session, pool, token, false, &mut attempt),
+                Ok(token) => attempt_once(session, pool, token, false, &mut tries),
                 Err(why) => {
                     session
                         .log
@@ -235,14 +255,24 @@ pub fn run(session: &Session, pool: &Pool) -> Outcome {
                 continue;
             }
             Next::Normal => {
-                attempt = 0;
+                tries.attempt = 0;
                 session.backoff.delay(0, unit_random())
             }
-            Next::Backoff => {
-                let delay = session.backoff.delay(attempt, unit_random());
-                attempt = attempt.saturating_add(1);
-                delay
+            Next::Refused(refusal) if tries.refusals >= REFUSAL_RETRIES => {
+                return Outcome::Refused(refusal);
             }
+            Next::Refused(refusal) => {
+                tries.refusals += 1;
+                session.log.warn(
+                    COMPONENT,
+                    format!(
+                        "{refusal}; trying again ({} of {REFUSAL_RETRIES})",
+                        tries.refusals
+                    ),
+                );
+                tries.backoff(&session.backoff)
+            }
+            Next::Backoff => tries.backoff(&session.backoff),
         };
         session.log.info(
             COMPONENT,
@@ -254,13 +284,22 @@ pub fn run(session: &Session, pool: &Pool) -> Outcome {
     }
 }
 
+impl Tries {
+    /// `backoff(attempt)`, then `attempt += 1`.
+    fn backoff(&mut self, backoff: &Backoff) -> Duration {
+        let delay = backoff.delay(self.attempt, unit_random());
+        self.attempt = self.attempt.saturating_add(1);
+        delay
+    }
+}
+
 /// One connection attempt: upgrade, handshake, serve.
 fn attempt_once(
     session: &Session,
     pool: &Pool,
     token: Option<Zeroizing<String>>,
     is_retry: bool,
-    attempt: &mut u32,
+    tries: &mut Tries,
 ) -> Next {
     session
         .log
@@ -299,8 +338,9 @@ fn attempt_once(
         let _ = writer.close(1000, "shutdown");
         return Next::End(Outcome::AuditFailed);
     }
-    // PROTOCOL.md §11.1: a successful handshake starts the count again.
-    *attempt = 0;
+    // PROTOCOL.md §11.1: a successful handshake starts the count again,
+    // and the refusals with it.
+    *tries = Tries::default();
     session.log.info(
         COMPONENT,
         format!(
@@ -348,9 +388,19 @@ fn upgrade_failed(
         .warn(COMPONENT, format!("cannot connect: {error}"));
     match error.disposition() {
         Disposition::Config => Next::End(Outcome::Config(error.to_string())),
-        Disposition::Terminal => Next::End(Outcome::AuthFailed(format!(
-            "the platform refused the connection ({error}); run autogpt-shim auth"
-        ))),
+        Disposition::Refused => {
+            let refusal = PlatformRefusal {
+                kind: RefusalKind::Forbidden,
+                connection: session.plane.kind(),
+                reason: error.platform_reason().map(str::to_owned),
+            };
+            disconnect_with(
+                session,
+                &error.audit_reason(),
+                error.platform_reason(),
+                Next::Refused(refusal),
+            )
+        }
         Disposition::RefreshToken if is_retry => Next::End(Outcome::AuthFailed(format!(
             "the platform refused the renewed access token ({error}); run autogpt-shim auth"
         ))),
@@ -358,7 +408,12 @@ fn upgrade_failed(
             Renewal::Retry(token) => Next::Retry(token),
             Renewal::Transient(why) => {
                 session.log.warn(COMPONENT, why);
-                disconnect(session, &error.audit_reason(), Next::Backoff)
+                disconnect_with(
+                    session,
+                    &error.audit_reason(),
+                    error.platform_reason(),
+                    Next::Backoff,
+                )
             }
             Renewal::Definitive(why) => Next::End(Outcome::CredentialsRefused(why)),
             Renewal::AuditFailed => Next::End(Outcome::AuditFailed),
@@ -434,9 +489,16 @@ fn handshake(
         let _ = writer.close(close.code(), close.reason());
     }
     let reason = failure.audit_reason();
-    session
-        .log
-        .warn(COMPONENT, format!("handshake refused: {reason}"));
+    let platform_reason = failure.platform_reason();
+    match platform_reason {
+        Some(text) => session.log.warn(
+            COMPONENT,
+            format!("handshake refused: {reason} (\"{text}\")"),
+        ),
+        None => session
+            .log
+            .warn(COMPONENT, format!("handshake refused: {reason}")),
+    }
     if let Some(terminal) = failure.received_terminal() {
         if !revoked_by_close(session, terminal) {
             return Err(Next::End(Outcome::AuditFailed));
@@ -450,8 +512,13 @@ fn handshake(
         AfterFailure::TerminalAuthFailure => Next::End(Outcome::AuthFailed(
             "the platform bound the connection to a different session".into(),
         )),
+        AfterFailure::Refused(refusal) => Next::Refused(PlatformRefusal {
+            kind: refusal,
+            connection: kind,
+            reason: platform_reason.map(str::to_owned),
+        }),
     };
-    Err(disconnect(session, &reason, next))
+    Err(disconnect_with(session, &reason, platform_reason, next))
 }
 
 /// Reads the first frame after HELLO, for at most [`HELLO_ACK_WAIT`].
@@ -473,9 +540,8 @@ fn wait_for_ack(
                 return Ok(Some(AckInput::received(protocol::decode(&bytes))));
             }
             Incoming::Closed(info) => {
-                return Ok(Some(AckInput::Closed {
-                    code: info.map(|i| i.code),
-                }));
+                let (code, reason) = close_parts(info);
+                return Ok(Some(AckInput::Closed { code, reason }));
             }
             Incoming::Pong(_) | Incoming::Idle => {}
         }
@@ -504,12 +570,20 @@ fn connection_ended(session: &Session, end: End) -> Next {
                 .warn(COMPONENT, format!("connection lost: {reason}"));
             disconnect(session, &reason, Next::Backoff)
         }
-        End::Closed(code) => {
+        End::Closed(close) => {
+            let (code, platform_reason) = close_parts(close);
             let reason = handshake::disconnect_reason(code);
-            session.log.info(
-                COMPONENT,
-                format!("the platform closed the connection ({reason})"),
-            );
+            let platform_reason = (!platform_reason.is_empty()).then_some(platform_reason);
+            match &platform_reason {
+                Some(text) => session.log.info(
+                    COMPONENT,
+                    format!("the platform closed the connection ({reason}: \"{text}\")"),
+                ),
+                None => session.log.info(
+                    COMPONENT,
+                    format!("the platform closed the connection ({reason})"),
+                ),
+            }
             let next = match classify_close(code) {
                 CloseAction::Terminal(terminal) => {
                     if !revoked_by_close(session, terminal) {
@@ -523,19 +597,40 @@ fn connection_ended(session: &Session, end: End) -> Next {
                 CloseAction::ReconnectNormal => Next::Normal,
                 CloseAction::ReconnectBackoff => Next::Backoff,
             };
-            disconnect(session, &reason, next)
+            disconnect_with(session, &reason, platform_reason.as_deref(), next)
         }
+    }
+}
+
+/// A received close's code, and its reason as an [`excerpt`] (empty when
+/// there was none): the platform's text is untrusted.
+fn close_parts(close: Option<CloseInfo>) -> (Option<u16>, String) {
+    match close {
+        Some(close) => (Some(close.code), excerpt(&close.reason)),
+        None => (None, String::new()),
     }
 }
 
 /// Writes `WS_DISCONNECTED {reason}` (PROTOCOL.md §11.4 step 5), then goes
 /// on with `next`; an unwritable record ends the runtime instead.
 fn disconnect(session: &Session, reason: &str, next: Next) -> Next {
-    if record(
-        session,
-        "WS_DISCONNECTED",
-        Details::new().with("reason", json!(reason)),
-    ) {
+    disconnect_with(session, reason, None, next)
+}
+
+/// [`disconnect`], recording what the platform said about it, when it said
+/// anything, as `platform_reason` (its close reason or the `detail` of a
+/// refused upgrade, already escaped and bounded).
+fn disconnect_with(
+    session: &Session,
+    reason: &str,
+    platform_reason: Option<&str>,
+    next: Next,
+) -> Next {
+    let mut details = Details::new().with("reason", json!(reason));
+    if let Some(text) = platform_reason {
+        details = details.with("platform_reason", json!(text));
+    }
+    if record(session, "WS_DISCONNECTED", details) {
         next
     } else {
         Next::End(Outcome::AuditFailed)

@@ -40,6 +40,7 @@ use crate::jail::Jail;
 use crate::protocol::{
     self, Capability, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
 };
+use crate::transport::CloseInfo;
 
 /// Frames queued for the writer at most, per lane.
 const OUT_QUEUE: usize = 256;
@@ -68,7 +69,7 @@ pub const AUDIT_UNHEALTHY: &str = "The audit log cannot be written; no operation
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
     /// A close frame arrived (`None`: without a code) or the stream ended.
-    Closed(Option<u16>),
+    Closed(Option<CloseInfo>),
     /// A transport failure; the text is for the audit reason.
     Failed(String),
 }
@@ -245,8 +246,9 @@ impl std::fmt::Debug for Setup {
 /// How a connection ended, for `WS_DISCONNECTED` and the reconnect decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
-    /// The platform closed (or the stream ended) with this code.
-    Closed(Option<u16>),
+    /// The platform closed (or the stream ended) with this code and
+    /// reason.
+    Closed(Option<CloseInfo>),
     /// The transport failed.
     Failed(String),
     /// `SESSION_REVOKED` arrived: never reconnect.
@@ -490,7 +492,7 @@ fn read_loop(
 
 fn ended(end: Ended) -> End {
     match end {
-        Ended::Closed(code) => End::Closed(code),
+        Ended::Closed(close) => End::Closed(close),
         Ended::Failed(e) => End::Failed(e),
     }
 }

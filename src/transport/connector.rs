@@ -23,7 +23,7 @@ use zeroize::Zeroizing;
 
 use super::MAX_MESSAGE_BYTES;
 use super::connection::Connection;
-use super::error::{Stage, TransportError};
+use super::error::{Stage, TransportError, refusal_detail};
 use super::proxy::{ProxyConfig, open_tunnel};
 use super::stream::{Paced, Stream};
 use super::tls::TlsSettings;
@@ -258,15 +258,19 @@ pub(super) fn is_timeout(error: &std::io::Error) -> bool {
     )
 }
 
-/// PROTOCOL.md §1.3: 401 → refresh, 403 → terminal, any other status →
-/// transient; a broken handshake or I/O error → transient.
+/// PROTOCOL.md §1.3: 401 → refresh, 403 → refused, any other status →
+/// transient; a broken handshake or I/O error → transient. Of a refusal's
+/// body (what arrived with its head) only the `detail` is kept.
 fn upgrade_error(error: tungstenite::Error) -> TransportError {
     match error {
-        tungstenite::Error::Http(response) => match response.status().as_u16() {
-            401 => TransportError::Unauthorized,
-            403 => TransportError::Forbidden,
-            status => TransportError::UpgradeStatus(status),
-        },
+        tungstenite::Error::Http(response) => {
+            let detail = || response.body().as_deref().and_then(refusal_detail);
+            match response.status().as_u16() {
+                401 => TransportError::Unauthorized { detail: detail() },
+                403 => TransportError::Forbidden { detail: detail() },
+                status => TransportError::UpgradeStatus(status),
+            }
+        }
         tungstenite::Error::Io(source) if is_timeout(&source) => {
             TransportError::Timeout(Stage::Upgrade)
         }

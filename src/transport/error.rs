@@ -4,9 +4,11 @@
 //! record.
 //!
 //! Messages are one line. They must never contain a secret: no variant holds
-//! the bearer token or proxy credentials, and no response body or header
-//! from the network is ever formatted here. Operating-system and TLS error
-//! texts are shown with control characters escaped.
+//! the bearer token or proxy credentials, and of a response from the network
+//! only the `detail` of a refused upgrade is kept, escaped and bounded
+//! ([`refusal_detail`]); no other body or header is ever formatted here.
+//! Operating-system and TLS error texts are shown with control characters
+//! escaped.
 
 use std::fmt;
 use std::io;
@@ -15,7 +17,7 @@ use std::path::PathBuf;
 
 use super::proxy::{ProxyResponseProblem, ProxySettingProblem};
 use super::url::UrlError;
-use crate::text::one_line;
+use crate::text::{excerpt, one_line};
 
 /// What the caller does after a [`TransportError`] (PROTOCOL.md §1.3, §11).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,8 +30,10 @@ pub enum Disposition {
     /// HTTP 401 on the upgrade: refresh the access token once and retry
     /// immediately (PROTOCOL.md §1.3).
     RefreshToken,
-    /// A terminal authentication failure: no refresh, no reconnect.
-    Terminal,
+    /// The platform refused this machine or session (HTTP 403): no token
+    /// refresh; reconnect with backoff a few times only, then the runtime
+    /// ends (PROTOCOL.md §11).
+    Refused,
 }
 
 /// The step of opening a connection that failed or timed out.
@@ -185,9 +189,16 @@ pub enum TransportError {
     /// bypassed. (Transient: backoff.)
     PinMismatch,
     /// The upgrade was answered 401. (RefreshToken.)
-    Unauthorized,
-    /// The upgrade was answered 403. (Terminal.)
-    Forbidden,
+    Unauthorized {
+        /// The body's `detail`, as [`refusal_detail`] keeps it.
+        detail: Option<String>,
+    },
+    /// The upgrade was answered 403: the session is not bound to this
+    /// machine, or the feature is off for the account. (Refused.)
+    Forbidden {
+        /// The body's `detail`, as [`refusal_detail`] keeps it.
+        detail: Option<String>,
+    },
     /// The upgrade was answered with another status than 101, 401 or 403.
     /// (Transient.)
     UpgradeStatus(u16),
@@ -243,10 +254,10 @@ impl TransportError {
             | TransportError::CaFile { .. }
             | TransportError::ProxySetting { .. }
             | TransportError::TlsSetup(_) => Disposition::Config,
-            TransportError::Unauthorized | TransportError::InvalidToken => {
+            TransportError::Unauthorized { .. } | TransportError::InvalidToken => {
                 Disposition::RefreshToken
             }
-            TransportError::Forbidden => Disposition::Terminal,
+            TransportError::Forbidden { .. } => Disposition::Refused,
             TransportError::Resolve { .. }
             | TransportError::Connect { .. }
             | TransportError::Timeout(_)
@@ -271,13 +282,20 @@ impl TransportError {
         self.disposition() == Disposition::Transient
     }
 
-    /// Retrying cannot help: a configuration error or a terminal
-    /// authentication failure.
+    /// Retrying cannot help: a configuration error.
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self.disposition(),
-            Disposition::Config | Disposition::Terminal
-        )
+        self.disposition() == Disposition::Config
+    }
+
+    /// What the platform said about a refused upgrade (the body's `detail`),
+    /// escaped and bounded.
+    pub fn platform_reason(&self) -> Option<&str> {
+        match self {
+            TransportError::Unauthorized { detail } | TransportError::Forbidden { detail } => {
+                detail.as_deref()
+            }
+            _ => None,
+        }
     }
 
     /// HTTP 401 (or an unsendable token): refresh once, retry once.
@@ -300,8 +318,8 @@ impl TransportError {
             TransportError::ProxyResponse(_) => "proxy_response".into(),
             TransportError::Tls(_) => "tls".into(),
             TransportError::PinMismatch => "tls_pin_mismatch".into(),
-            TransportError::Unauthorized => "http_401".into(),
-            TransportError::Forbidden => "http_403".into(),
+            TransportError::Unauthorized { .. } => "http_401".into(),
+            TransportError::Forbidden { .. } => "http_403".into(),
             TransportError::UpgradeStatus(status) => format!("http_{status}"),
             TransportError::UpgradeRejected(_) => "upgrade_rejected".into(),
             TransportError::InvalidToken => "invalid_token".into(),
@@ -371,11 +389,15 @@ impl fmt::Display for TransportError {
             TransportError::PinMismatch => f.write_str(
                 "TLS handshake failed: the server's public key matches none of the configured pins",
             ),
-            TransportError::Unauthorized => f.write_str(
-                "the platform refused the upgrade with HTTP 401 (access token rejected)",
-            ),
-            TransportError::Forbidden => {
-                f.write_str("the platform refused the upgrade with HTTP 403")
+            TransportError::Unauthorized { detail } => {
+                f.write_str(
+                    "the platform refused the upgrade with HTTP 401 (access token rejected)",
+                )?;
+                quoted_detail(f, detail.as_deref())
+            }
+            TransportError::Forbidden { detail } => {
+                f.write_str("the platform refused the upgrade with HTTP 403")?;
+                quoted_detail(f, detail.as_deref())
             }
             TransportError::UpgradeStatus(status) => {
                 write!(f, "the platform answered the upgrade with HTTP {status}")
@@ -419,6 +441,35 @@ impl fmt::Display for TransportError {
     }
 }
 
+/// `: "<detail>"` after a refusal's message, when the platform gave one.
+fn quoted_detail(f: &mut fmt::Formatter<'_>, detail: Option<&str>) -> fmt::Result {
+    match detail {
+        Some(detail) => write!(f, ": \"{detail}\""),
+        None => Ok(()),
+    }
+}
+
+/// Largest refusal body that is parsed for its `detail`; the platform's are
+/// a few dozen bytes.
+const MAX_REFUSAL_BODY_BYTES: usize = 64 * 1024;
+
+/// The `detail` of a refused upgrade's JSON body (`{"detail": …}`, the
+/// platform's error shape), as an [`excerpt`]: a string as it is, any
+/// other value as compact JSON. `None` when the body is absent, larger
+/// than 64 KiB, not JSON, or has no non-empty `detail`.
+pub fn refusal_detail(body: &[u8]) -> Option<String> {
+    if body.len() > MAX_REFUSAL_BODY_BYTES {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let text = match value.get("detail")? {
+        serde_json::Value::Null => return None,
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    (!text.is_empty()).then(|| excerpt(&text))
+}
+
 impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -437,17 +488,19 @@ mod tests {
 
     #[test]
     fn the_upgrade_outcomes_map_to_the_protocol_table() {
+        let unauthorized = TransportError::Unauthorized { detail: None };
+        assert_eq!(unauthorized.disposition(), Disposition::RefreshToken);
         assert_eq!(
-            TransportError::Unauthorized.disposition(),
-            Disposition::RefreshToken
+            TransportError::Forbidden { detail: None }.disposition(),
+            Disposition::Refused
         );
-        assert!(TransportError::Forbidden.is_terminal());
+        assert!(!TransportError::Forbidden { detail: None }.is_terminal());
         assert!(TransportError::UpgradeStatus(500).is_transient());
         assert!(TransportError::Timeout(Stage::Upgrade).is_transient());
         assert!(TransportError::PinMismatch.is_transient());
         assert!(TransportError::Url(UrlError::PlainTextToRemoteHost).is_terminal());
-        assert!(!TransportError::Unauthorized.is_transient());
-        assert!(!TransportError::Unauthorized.is_terminal());
+        assert!(!unauthorized.is_transient());
+        assert!(!unauthorized.is_terminal());
     }
 
     #[test]
@@ -464,6 +517,40 @@ mod tests {
             TransportError::Timeout(Stage::Tls).audit_reason(),
             "loop_error: timeout_tls"
         );
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_bodys_detail_escaped_and_bounded() {
+        assert_eq!(
+            refusal_detail(br#"{"detail":"Session is not bound to this machine"}"#).as_deref(),
+            Some("Session is not bound to this machine")
+        );
+        assert_eq!(
+            refusal_detail(br#"{"detail":"a\nb\u001b[2J"}"#).as_deref(),
+            Some("a\\nb\\u{1b}[2J")
+        );
+        assert_eq!(
+            refusal_detail(br#"{"detail":[{"msg":"off"}]}"#).as_deref(),
+            Some(r#"[{"msg":"off"}]"#)
+        );
+        let long = format!(r#"{{"detail":"{}"}}"#, "x".repeat(10_000));
+        assert!(refusal_detail(long.as_bytes()).unwrap().ends_with('…'));
+        for unusable in [
+            &b"403 Forbidden\n"[..],
+            b"",
+            br#"{"detail":""}"#,
+            br#"{"x":1}"#,
+        ] {
+            assert_eq!(refusal_detail(unusable), None);
+        }
+        let error = TransportError::Forbidden {
+            detail: refusal_detail(br#"{"detail":"not bound"}"#),
+        };
+        assert_eq!(
+            error.to_string(),
+            r#"the platform refused the upgrade with HTTP 403: "not bound""#
+        );
+        assert_eq!(error.platform_reason(), Some("not bound"));
     }
 
     #[test]

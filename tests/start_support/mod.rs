@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use autogpt_shim::secrets::{Passphrase, SecretStore, SecretString, TokenFile};
-use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, HelloAck};
+use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, HelloAck, OAuthEmulator};
 use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_autogpt-shim");
@@ -353,6 +353,23 @@ impl Drop for Shim {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `start --session-id SESSION` with the token endpoint on the OAuth
+/// emulator and the WebSocket on the platform emulator.
+pub fn start_split(home: &Home, oauth: &OAuthEmulator, platform: &Emulator) -> Shim {
+    let ca = platform.ca_file().unwrap().to_str().unwrap().to_owned();
+    let mut command = home.command(&[
+        "--platform-url",
+        &oauth.base_url(),
+        "--ca-file",
+        &ca,
+        "start",
+        "--session-id",
+        SESSION,
+    ]);
+    command.env("AUTOGPT_SHIM_PLATFORM_WS_URL", platform.ws_url());
+    Shim::spawn(command)
 }
 
 /// An emulator over TLS that requires the stored access token.
