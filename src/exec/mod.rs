@@ -29,9 +29,9 @@ use rustix::process::Pid;
 use serde_json::{Value, json};
 
 use crate::audit::{Details, Outcome as AuditOutcome};
-use crate::files::{FileError, JailedError, Step, fd_mount_ok, jailed};
+use crate::files::{self, FileError, JailedError, Step, fd_mount_ok, jailed};
 use crate::jail::{Decision, EnforceError, Jail};
-use crate::protocol::{CommandResult, ErrorCode, ExecuteCommand, MessageType};
+use crate::protocol::{CommandResult, ErrorCode, ErrorPayload, ExecuteCommand, Message, MessageType};
 
 /// What a command needs besides its request.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +100,16 @@ impl ExecError {
             code,
             message: message.into(),
         }
+    }
+}
+
+impl ExecError {
+    /// The wire `ERROR` for this failure of `request`: a path error names
+    /// the `cwd` as the request sent it, as a file operation's names its
+    /// path.
+    pub fn into_payload(self, request: &Message) -> ErrorPayload {
+        let details = files::path_details(self.code, request);
+        files::with_details(ErrorPayload::new(self.code, self.message), details)
     }
 }
 
