@@ -94,10 +94,7 @@ fn a_requested_timeout_below_the_platform_deadline_keeps_its_meaning() {
     // One second, then SIGTERM (ignored), then SIGKILL two seconds later:
     // the specified sequence, even though it ends at the platform's
     // deadline.
-    let (result, took) = timed_command(
-        &conn,
-        json!({"command": STUBBORN, "timeout_seconds": 1}),
-    );
+    let (result, took) = timed_command(&conn, json!({"command": STUBBORN, "timeout_seconds": 1}));
     assert_timed_out_with_partial_output(&result);
     assert_eq!(result["payload"]["exit_code"], -9, "{result}");
     assert!(took >= Duration::from_secs(3), "{took:?}: {result}");

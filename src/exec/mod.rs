@@ -31,7 +31,9 @@ use serde_json::{Value, json};
 use crate::audit::{Details, Outcome as AuditOutcome};
 use crate::files::{self, FileError, JailedError, Step, fd_mount_ok, jailed};
 use crate::jail::{Decision, EnforceError, Jail};
-use crate::protocol::{CommandResult, ErrorCode, ErrorPayload, ExecuteCommand, Message, MessageType};
+use crate::protocol::{
+    CommandResult, ErrorCode, ErrorPayload, ExecuteCommand, Message, MessageType,
+};
 
 /// What a command needs besides its request.
 #[derive(Debug, Clone, Copy)]
