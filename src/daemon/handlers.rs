@@ -175,7 +175,7 @@ pub fn handle(
 fn execute_command(
     ctx: &Context<'_>,
     request_id: &str,
-    message: &Message,
+    request: &Message,
     req: &crate::protocol::ExecuteCommand,
     granted: &[String],
     entry: Option<CommandEntry>,
@@ -194,14 +194,14 @@ fn execute_command(
         Some(Ok(permit)) => {
             let outcome = exec::execute(&ctx.exec, req);
             drop(permit);
-            return command_handled(request_id, message, outcome);
+            return command_handled(request_id, request, outcome);
         }
         Some(Err(message)) => ExecError::new(ErrorCode::ShimOverloaded, message),
         // The dispatcher enters the limits for every command it routes here
         // with the shell on; one that skipped them is never run.
         None => ExecError::new(ErrorCode::InternalError, NOT_ADMITTED),
     };
-    command_handled(request_id, message, exec::refuse(&ctx.exec, req, refusal))
+    command_handled(request_id, request, exec::refuse(&ctx.exec, req, refusal))
 }
 
 /// The refusal of a command that did not pass the command limits at

@@ -103,9 +103,7 @@ impl ExecError {
             message: message.into(),
         }
     }
-}
 
-impl ExecError {
     /// The wire `ERROR` for this failure of `request`: a path error names
     /// the `cwd` as the request sent it, as a file operation's names its
     /// path.

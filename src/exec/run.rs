@@ -165,9 +165,9 @@ enum Stop {
 /// Supervises `child` until it is done (EXEC.md §9) and returns its status
 /// and output collected under the budget for `max_file_size_bytes`. A
 /// tripped `cancel` runs the same termination sequence as the timeout and
-/// marks the result cancelled. With `end_by`, the supervision is over by
-/// that instant (see [`Schedule::new`]); a timeout that cuts it short is
-/// reported as a timeout.
+/// marks the result cancelled. With `end_by`, the termination sequence
+/// starts early enough to be over by that instant (see [`Schedule::new`]),
+/// and a command stopped for it is reported as timed out.
 pub fn supervise(
     child: Spawned,
     output: [OwnedFd; 2],

@@ -4,13 +4,15 @@
 //!
 //! [`Connector`] owns the order of these steps and the classification of
 //! the upgrade outcome. Name resolution runs on a thread of its own, which
-//! the opening stops waiting for at its deadline; at most
-//! [`MAX_LOOKUPS`] such threads exist at once, so a resolver that hangs
-//! cannot make reconnects pile them up. It never writes the bearer token to a connection
-//! whose TLS handshake (including the pin) has not succeeded, except a
-//! loopback `ws://` connection; it never opens a plain-text connection to
-//! an address outside the loopback range, never follows a redirect, and
-//! never reads the process environment (the proxy setting is handed in).
+//! the opening stops waiting for at its deadline; at most [`MAX_LOOKUPS`]
+//! such threads exist at once, so a resolver that hangs cannot make
+//! reconnects pile them up.
+//!
+//! It never writes the bearer token to a connection whose TLS handshake
+//! (including the pin) has not succeeded, except a loopback `ws://`
+//! connection; it never opens a plain-text connection to an address outside
+//! the loopback range, never follows a redirect, and never reads the
+//! process environment (the proxy setting is handed in).
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
