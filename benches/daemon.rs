@@ -14,7 +14,11 @@
 //!    10 MiB round trips;
 //! 6. `FILE_STAT` and `PING` round trips while ten commands run (the
 //!    machine-wide command limit), against the same shim idle just before,
-//!    on a second shim with the shell on and 16 request slots.
+//!    on a second shim with the shell on and 16 request slots;
+//! 7. how long before the platform's deadline a command that overruns it
+//!    is answered: 20 commands that ignore SIGTERM under a `HELLO_ACK`
+//!    `command_timeout_seconds` of 3, each result's arrival at the emulator
+//!    against the instant its request was handed to it.
 //!
 //! The baseline for 1 and 2 is a bare tungstenite client over rustls on
 //! loopback that answers each request with the shim's recorded response
@@ -31,7 +35,7 @@
 //!
 //! Run with `cargo bench --bench daemon` (`BENCH_RUNS` sets the number of
 //! `FILE_STAT` samples, default 200; the other counts scale with it;
-//! `BENCH_ONLY=busy` runs 6 alone).
+//! `BENCH_ONLY=busy` runs 6 alone, `BENCH_ONLY=deadline` 7).
 
 // A benchmark whose setup fails has nothing to measure: stopping is right.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -72,6 +76,10 @@ const BUSY_SLOTS: usize = 16;
 /// The machine-wide command limit (EXEC.md §8.3).
 const COMMANDS: usize = 10;
 const WAIT: Duration = Duration::from_secs(60);
+/// Section 7's platform deadline (`HELLO_ACK` `command_timeout_seconds`).
+const DEADLINE_SECONDS: u64 = 3;
+/// Section 7's number of commands.
+const DEADLINE_RUNS: usize = 20;
 /// PROTOCOL.md §1.4: the largest WebSocket message either way.
 const MAX_MESSAGE: usize = 16 << 20;
 
@@ -675,9 +683,10 @@ fn main() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let platform_url = format!("https://{}", listener.local_addr().unwrap());
     println!("daemon: {BIN}");
-    if std::env::var("BENCH_ONLY").as_deref() == Ok("busy") {
-        busy(runs, &pki, &listener);
-        return;
+    match std::env::var("BENCH_ONLY").as_deref() {
+        Ok("busy") => return busy(runs, &pki, &listener),
+        Ok("deadline") => return deadline(&home),
+        _ => {}
     }
 
     let mut child = home.spawn(&platform_url, &home.path("ca.pem"));
@@ -795,4 +804,63 @@ fn main() {
     );
 
     busy(runs, &pki, &listener);
+    deadline(&home);
+}
+
+/// Section 7: [`DEADLINE_RUNS`] commands overrunning a platform deadline
+/// of [`DEADLINE_SECONDS`]; prints the margin of each result before the
+/// deadline, the worst first.
+fn deadline(home: &Home) {
+    let emulator =
+        Emulator::start(EmulatorOptions::new().expect_token(home.token.clone())).unwrap();
+    let ca_file = emulator.ca_file().unwrap().to_path_buf();
+    let mut child = home.spawn_with(
+        &emulator.platform_url(),
+        &ca_file,
+        MAX_CONCURRENT,
+        &["--enable-shell"],
+    );
+    let conn = emulator
+        .accept(WAIT)
+        .unwrap_or_else(|| panic!("no connection:\n{}", home.log()));
+    conn.try_expect_hello(WAIT).unwrap();
+    conn.send_hello_ack(
+        &HelloAck::new()
+            .session_id(SESSION)
+            .grant(["files", "shell"])
+            .command_timeout_seconds(DEADLINE_SECONDS as i64),
+    )
+    .unwrap();
+    let deadline = Duration::from_secs(DEADLINE_SECONDS);
+    let mut margins = Vec::new();
+    for _ in 0..DEADLINE_RUNS {
+        let sent = Instant::now();
+        let id = conn
+            .request(
+                "EXECUTE_COMMAND",
+                json!({"command": "trap '' TERM; echo partial; sleep 30"}),
+            )
+            .unwrap();
+        let result = conn.wait_response(&id, WAIT).unwrap();
+        assert_eq!(result["payload"]["timed_out"], true, "{result}");
+        assert_eq!(result["payload"]["stdout"], "partial\n", "{result}");
+        let arrived = conn
+            .raw_frames()
+            .into_iter()
+            .filter(|f| f.kind == RawKind::Text)
+            .find(|f| f.text().is_some_and(|t| t.contains(&id)))
+            .unwrap()
+            .at;
+        margins.push((deadline.as_secs_f64() - (arrived - sent).as_secs_f64()) * 1e3);
+    }
+    margins.sort_by(f64::total_cmp);
+    let late = margins.iter().filter(|m| **m < 1000.0).count();
+    println!(
+        "commands overrunning a {DEADLINE_SECONDS} s platform deadline, {DEADLINE_RUNS} runs: result before the deadline by worst {:.0} ms, median {:.0} ms, best {:.0} ms; {late} with less than 1 s to spare",
+        margins[0],
+        margins[margins.len() / 2],
+        margins[margins.len() - 1]
+    );
+    sigterm(&child);
+    expect_clean_exit(&mut child, home);
 }

@@ -69,6 +69,7 @@ fn main() {
         host_env: &host_env,
         spawner: &spawner,
         cancel: &cancel,
+        platform_deadline: None,
     };
     let req = ExecuteCommand {
         command: None,

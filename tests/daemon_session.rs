@@ -132,6 +132,7 @@ fn setup_limited(
         granted: granted.iter().map(|g| (*g).to_owned()).collect(),
         max_concurrent,
         command_timeout_seconds: 30,
+        platform_wait_seconds: 30,
         max_file_size_bytes: 10 << 20,
         audit_path: audit_path.clone(),
         activity: None,

@@ -1412,3 +1412,35 @@ fn file_errors_carry_the_wire_path_the_size_limit_and_a_base64_hint() {
     );
     stop(&home, shim);
 }
+
+#[test]
+fn command_cwd_errors_carry_the_wire_path() {
+    let home = Home::new();
+    let (shim, conn, _) = session(
+        &home,
+        &["--enable-shell"],
+        HelloAck::new().grant(["files", "shell"]),
+    );
+    for (cwd, code) in [
+        ("./missing/../gone", "PATH_NOT_FOUND"),
+        ("/etc", "PATH_OUTSIDE_ALLOWED_ROOT"),
+    ] {
+        let (_, response) = call(
+            &conn,
+            "EXECUTE_COMMAND",
+            json!({"argv": ["true"], "cwd": cwd}),
+        );
+        let error = assert_error(&response, code);
+        assert_eq!(error["details"], json!({"path": cwd}), "{response}");
+    }
+    // A file is no directory, but not a path error either: no details.
+    std::fs::write(home.root.join("plain.txt"), "x").unwrap();
+    let (_, response) = call(
+        &conn,
+        "EXECUTE_COMMAND",
+        json!({"argv": ["true"], "cwd": "plain.txt"}),
+    );
+    let error = assert_error(&response, "INTERNAL_ERROR");
+    assert_eq!(error["details"], Value::Null, "{response}");
+    stop(&home, shim);
+}

@@ -121,7 +121,7 @@ pub fn handle(
         Message::FileDelete(req) => files::delete(&ctx.files, req),
         Message::FileMove(req) => files::move_entry(&ctx.files, req),
         Message::ExecuteCommand(req) => {
-            return execute_command(ctx, request_id, req, granted, command);
+            return execute_command(ctx, request_id, message, req, granted, command);
         }
         other => {
             // The dispatcher routes only the types above here; anything
@@ -175,6 +175,7 @@ pub fn handle(
 fn execute_command(
     ctx: &Context<'_>,
     request_id: &str,
+    request: &Message,
     req: &crate::protocol::ExecuteCommand,
     granted: &[String],
     entry: Option<CommandEntry>,
@@ -193,21 +194,21 @@ fn execute_command(
         Some(Ok(permit)) => {
             let outcome = exec::execute(&ctx.exec, req);
             drop(permit);
-            return command_handled(request_id, outcome);
+            return command_handled(request_id, request, outcome);
         }
         Some(Err(message)) => ExecError::new(ErrorCode::ShimOverloaded, message),
         // The dispatcher enters the limits for every command it routes here
         // with the shell on; one that skipped them is never run.
         None => ExecError::new(ErrorCode::InternalError, NOT_ADMITTED),
     };
-    command_handled(request_id, exec::refuse(&ctx.exec, req, refusal))
+    command_handled(request_id, request, exec::refuse(&ctx.exec, req, refusal))
 }
 
 /// The refusal of a command that did not pass the command limits at
 /// admission.
 const NOT_ADMITTED: &str = "The command was not admitted by the command limits.";
 
-fn command_handled(request_id: &str, outcome: exec::Outcome) -> Handled {
+fn command_handled(request_id: &str, request: &Message, outcome: exec::Outcome) -> Handled {
     let audit = match outcome.audit {
         exec::Audit::Operation { details, result } => {
             operation_entry(MessageType::ExecuteCommand, request_id, details, result)
@@ -223,7 +224,7 @@ fn command_handled(request_id: &str, outcome: exec::Outcome) -> Handled {
     } else {
         Some(match outcome.reply {
             Ok(result) => Message::CommandResult(result),
-            Err(e) => error(e.code, e.message),
+            Err(e) => Message::Error(e.into_payload(request)),
         })
     };
     Handled {

@@ -341,6 +341,9 @@ pub struct Negotiated {
     pub connection_id: Option<String>,
     /// Effective limits: `min(ceiling, ack)` (§4.5).
     pub limits: Limits,
+    /// The `HELLO_ACK`'s own `command_timeout_seconds`: how long the
+    /// platform waits for any reply before it drops it.
+    pub platform_wait_seconds: NonZeroU64,
 }
 
 impl Negotiated {
@@ -677,6 +680,7 @@ pub fn check_ack(
         granted_as_sent,
         connection_id: ack.connection_id,
         limits,
+        platform_wait_seconds: ack.command_timeout_seconds,
     })
 }
 

@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use super::session::{Ended, Inbound, Outbound};
-use crate::transport::{Incoming, Keepalive, KeepaliveAction, Reader, Writer};
+use crate::transport::{Incoming, Keepalive, KeepaliveAction, Reader, TransportError, Writer};
 
 /// The receiving side of a served connection.
 #[derive(Debug)]
@@ -44,7 +44,9 @@ impl Inbound for LinkIn {
                     }
                 }
                 KeepaliveAction::Expired => {
-                    return Err(Ended::Failed("loop_error: keepalive_timeout".into()));
+                    return Err(Ended::Failed(
+                        TransportError::KeepaliveTimeout.audit_reason(),
+                    ));
                 }
             }
             match self.reader.read() {

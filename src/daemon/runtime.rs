@@ -357,6 +357,7 @@ fn attempt_once(
         granted,
         max_concurrent: negotiated.limits.max_concurrent.get(),
         command_timeout_seconds: negotiated.limits.command_timeout_seconds.get(),
+        platform_wait_seconds: negotiated.platform_wait_seconds.get(),
         max_file_size_bytes: negotiated.limits.max_file_size_bytes.get(),
         audit_path: session.audit_path.clone(),
         activity: session.plane.activity(),

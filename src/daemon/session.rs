@@ -34,7 +34,7 @@ use super::handlers::{self, CommandEntry, CommandGate};
 use super::limits::{Admitted, Overloaded, RequestSlots, WorkPool};
 use super::pool::{self, Job, Pool};
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
-use crate::exec::{Cancel, ExecContext, Spawner};
+use crate::exec::{Cancel, ExecContext, PlatformDeadline, Spawner};
 use crate::files::FileContext;
 use crate::jail::Jail;
 use crate::protocol::{
@@ -218,6 +218,9 @@ pub struct Setup {
     pub max_concurrent: u64,
     /// Effective `command_timeout_seconds`.
     pub command_timeout_seconds: u64,
+    /// The `HELLO_ACK`'s own `command_timeout_seconds`: the platform's wait
+    /// for any reply.
+    pub platform_wait_seconds: u64,
     /// Effective `max_file_size_bytes`.
     pub max_file_size_bytes: u64,
     /// The active audit log file, for `STATUS.audit_log_bytes`.
@@ -449,6 +452,7 @@ fn read_loop(
             Err(_) if shared.send_failed.get().is_some() => continue,
             Err(end) => return ended(end),
         };
+        let received = Instant::now();
         let frame = match protocol::decode(&bytes) {
             Ok(frame) => frame,
             Err(e) => {
@@ -486,7 +490,7 @@ fn read_loop(
             }
             _ => {}
         }
-        admit(shared, pool, frame);
+        admit(shared, pool, frame, received);
     }
 }
 
@@ -517,8 +521,8 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
 }
 
 /// Step 5–6 of PROTOCOL.md §5.1; a full backlog refuses like a full
-/// connection.
-fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
+/// connection. `received`: when the frame was read.
+fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame, received: Instant) {
     let admission = if shared.backlog.is_full() {
         Err(Overloaded::Backlog)
     } else {
@@ -541,7 +545,7 @@ fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame) {
     *lock(&shared.running) += 1;
     let job_shared = Arc::clone(shared);
     let job: Job = Box::new(move || {
-        run_request(&job_shared, admitted, frame, command);
+        run_request(&job_shared, admitted, frame, command, received);
         let mut running = lock(&job_shared.running);
         *running -= 1;
         job_shared.idle.notify_all();
@@ -586,6 +590,7 @@ fn run_request(
     mut admitted: Admitted,
     frame: Frame,
     command: Option<CommandEntry>,
+    received: Instant,
 ) {
     admitted.take_slot();
     let Frame {
@@ -618,7 +623,7 @@ fn run_request(
         // only add a response nobody reads.
         Some(Message::Error(Overloaded::Backlog.to_error()))
     } else {
-        route(shared, &id, kind, &request, command)
+        route(shared, &id, kind, &request, command, received)
     };
     drop(permit);
     // A request can be as large as a frame; it is not kept while its
@@ -645,12 +650,15 @@ fn run_request(
 }
 
 /// The gates of §5.3–§5.5 and the handler; returns the reply to send.
+/// `received`: when the request was read, from which the platform's
+/// deadline runs.
 fn route(
     shared: &Shared,
     id: &str,
     kind: MessageType,
     message: &Message,
     command: Option<CommandEntry>,
+    received: Instant,
 ) -> Option<Message> {
     let setup = &shared.setup;
     let data = match &setup.serving {
@@ -691,6 +699,10 @@ fn route(
             host_env: &data.host_env,
             spawner: &data.spawner,
             cancel: &shared.cancel,
+            platform_deadline: Some(PlatformDeadline {
+                received,
+                wait: Duration::from_secs(setup.platform_wait_seconds),
+            }),
         },
         shell_enabled: data.shell_enabled,
     };

@@ -29,9 +29,11 @@ use rustix::process::Pid;
 use serde_json::{Value, json};
 
 use crate::audit::{Details, Outcome as AuditOutcome};
-use crate::files::{FileError, JailedError, Step, fd_mount_ok, jailed};
+use crate::files::{self, FileError, JailedError, Step, fd_mount_ok, jailed};
 use crate::jail::{Decision, EnforceError, Jail};
-use crate::protocol::{CommandResult, ErrorCode, ExecuteCommand, MessageType};
+use crate::protocol::{
+    CommandResult, ErrorCode, ErrorPayload, ExecuteCommand, Message, MessageType,
+};
 
 /// What a command needs besides its request.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +52,38 @@ pub struct ExecContext<'a> {
     pub spawner: &'a Spawner,
     /// The session's cancellation token.
     pub cancel: &'a Cancel,
+    /// How long the platform waits for this request's reply, when known.
+    pub platform_deadline: Option<PlatformDeadline>,
+}
+
+/// The platform's wait for a reply: it drops a reply that arrives later
+/// than `wait` (the `HELLO_ACK`'s own `command_timeout_seconds`) after it
+/// sent the request, whatever timeout the request asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlatformDeadline {
+    /// When the request was read from the connection.
+    pub received: Instant,
+    /// The platform's wait.
+    pub wait: Duration,
+}
+
+/// How long before the platform's deadline a result bounded by it is sent
+/// at the latest: the time the frame may spend on the network and in the
+/// platform before its clock is read.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
+
+/// What sending a result takes once the command's output is collected: its
+/// audit record made durable, the encoding, the writer's queue.
+pub const SEND_RESERVE: Duration = Duration::from_millis(500);
+
+impl PlatformDeadline {
+    /// The instant a command bounded by this deadline must be done by: the
+    /// deadline less [`DEADLINE_MARGIN`] and [`SEND_RESERVE`].
+    fn command_end(&self) -> Instant {
+        let before = DEADLINE_MARGIN + SEND_RESERVE;
+        let deadline = self.received + self.wait;
+        deadline.checked_sub(before).unwrap_or(self.received)
+    }
 }
 
 /// A refused or failed command: the wire code and a one-line message.
@@ -68,6 +102,14 @@ impl ExecError {
             code,
             message: message.into(),
         }
+    }
+
+    /// The wire `ERROR` for this failure of `request`: a path error names
+    /// the `cwd` as the request sent it, as a file operation's names its
+    /// path.
+    pub fn into_payload(self, request: &Message) -> ErrorPayload {
+        let details = files::path_details(self.code, request);
+        files::with_details(ErrorPayload::new(self.code, self.message), details)
     }
 }
 
@@ -241,11 +283,19 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
         Err(e) => return record.fail(spawn_error(&argv, &e)),
     };
 
-    // Steps 11 and 12.
+    // Steps 11 and 12. A timeout that is the platform's own deadline ends
+    // the command early enough for its result to arrive in time; a shorter
+    // requested one keeps its exact meaning.
+    let timeout = Duration::from_secs(record.timeout_seconds);
+    let end_by = ctx
+        .platform_deadline
+        .filter(|d| timeout >= d.wait)
+        .map(|d| d.command_end());
     let finished = run::supervise(
         child,
         output,
-        Duration::from_secs(record.timeout_seconds),
+        timeout,
+        end_by,
         ctx.max_file_size_bytes,
         ctx.cancel,
     );

@@ -6,6 +6,8 @@
 //!
 //! Everything here is bounded in time: after the leader exits the pipes
 //! are drained for at most 2 s, after a timeout at most 2 + 2 + 2 s pass.
+//! A command that must be answered by an instant (the platform's deadline)
+//! has the sequence started early and shortened so that it ends by then.
 //! It must never stop reading a pipe while waiting for the child (a full
 //! pipe would block it) and never signal anything but the command's own
 //! process group.
@@ -42,6 +44,41 @@ const TICK: Duration = Duration::from_millis(10);
 /// How often the loop looks for the leader's status between its exit
 /// (seen on the pidfd) and the spawner's report of it.
 const STATUS_TICK: Duration = Duration::from_micros(200);
+
+/// When the termination sequence starts and how long each of its three
+/// waits (SIGTERM → SIGKILL, the leader's status, pipe EOF) and the drain
+/// after a normal exit last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Schedule {
+    /// `None`: a timeout too large to represent.
+    stop_at: Option<Instant>,
+    step: Duration,
+}
+
+impl Schedule {
+    /// From `now`: the sequence starts at the timeout, each wait lasts
+    /// [`GRACE`]; with `end_by`, the sequence also starts early enough to be
+    /// over by then. It keeps its full length while that leaves the
+    /// command at least as long to run as the sequence takes, and is
+    /// shortened evenly beyond, so a short deadline still lets the command
+    /// run for half of it and the group still gets a grace period.
+    fn new(now: Instant, timeout: Duration, end_by: Option<Instant>) -> Schedule {
+        let at_timeout = now.checked_add(timeout);
+        let Some(end_by) = end_by else {
+            return Schedule {
+                stop_at: at_timeout,
+                step: GRACE,
+            };
+        };
+        let budget = end_by.saturating_duration_since(now);
+        let sequence = (GRACE * 3).min(budget / 2);
+        let latest = now + (budget - sequence);
+        Schedule {
+            stop_at: Some(at_timeout.map_or(latest, |t| t.min(latest))),
+            step: sequence / 3,
+        }
+    }
+}
 
 /// What a supervised command ended with.
 #[derive(Debug)]
@@ -128,11 +165,14 @@ enum Stop {
 /// Supervises `child` until it is done (EXEC.md §9) and returns its status
 /// and output collected under the budget for `max_file_size_bytes`. A
 /// tripped `cancel` runs the same termination sequence as the timeout and
-/// marks the result cancelled.
+/// marks the result cancelled. With `end_by`, the termination sequence
+/// starts early enough to be over by that instant (see [`Schedule::new`]),
+/// and a command stopped for it is reported as timed out.
 pub fn supervise(
     child: Spawned,
     output: [OwnedFd; 2],
     timeout: Duration,
+    end_by: Option<Instant>,
     max_file_size_bytes: u64,
     cancel: &Cancel,
 ) -> Finished {
@@ -151,7 +191,9 @@ pub fn supervise(
     // The pidfd fired; the status is on its way from the spawner.
     let mut leader_exited = child.pidfd.is_none();
     let mut stop: Option<Stop> = None;
-    let mut phase = Phase::Running(Instant::now().checked_add(timeout));
+    let schedule = Schedule::new(Instant::now(), timeout, end_by);
+    let step = schedule.step;
+    let mut phase = Phase::Running(schedule.stop_at);
     loop {
         if status.is_none() && !status_lost {
             match child.exit.try_recv() {
@@ -169,32 +211,32 @@ pub fn supervise(
                     if !pipes_open {
                         break;
                     }
-                    Phase::Draining(now + GRACE)
+                    Phase::Draining(now + step)
                 } else if stop.is_none() && cancel.is_cancelled() {
                     stop = Some(Stop::Cancelled);
                     signal_group(pid, Signal::TERM);
-                    Phase::Terminating(now + GRACE)
+                    Phase::Terminating(now + step)
                 } else if deadline.is_some_and(|d| now >= d) {
                     stop = Some(Stop::Timeout);
                     signal_group(pid, Signal::TERM);
-                    Phase::Terminating(now + GRACE)
+                    Phase::Terminating(now + step)
                 } else {
                     phase
                 }
             }
             Phase::Terminating(kill_at) => {
                 if group_gone(pid) {
-                    Phase::Reaping(now + GRACE)
+                    Phase::Reaping(now + step)
                 } else if now >= kill_at {
                     signal_group(pid, Signal::KILL);
-                    Phase::Reaping(now + GRACE)
+                    Phase::Reaping(now + step)
                 } else {
                     phase
                 }
             }
             Phase::Reaping(until) => {
                 if collected || now >= until {
-                    Phase::Draining(now + GRACE)
+                    Phase::Draining(now + step)
                 } else {
                     phase
                 }
@@ -373,5 +415,48 @@ fn exit_code(status: ExitStatus) -> i64 {
         (Some(code), _) => i64::from(code),
         (None, Some(signal)) => -i64::from(signal),
         (None, None) => -1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(n: f64) -> Duration {
+        Duration::from_secs_f64(n)
+    }
+
+    #[test]
+    fn without_an_end_the_sequence_starts_at_the_timeout_with_full_waits() {
+        let now = Instant::now();
+        let schedule = Schedule::new(now, secs(5.0), None);
+        assert_eq!(schedule.stop_at, Some(now + secs(5.0)));
+        assert_eq!(schedule.step, GRACE);
+    }
+
+    #[test]
+    fn a_distant_end_keeps_the_full_sequence_and_starts_it_in_time() {
+        let now = Instant::now();
+        let schedule = Schedule::new(now, secs(30.0), Some(now + secs(28.5)));
+        assert_eq!(schedule.step, GRACE);
+        assert_eq!(schedule.stop_at, Some(now + secs(22.5)));
+    }
+
+    #[test]
+    fn a_near_end_shortens_the_sequence_to_half_of_what_is_left() {
+        let now = Instant::now();
+        let schedule = Schedule::new(now, secs(3.0), Some(now + secs(1.5)));
+        assert_eq!(schedule.step, secs(0.25));
+        assert_eq!(schedule.stop_at, Some(now + secs(0.75)));
+    }
+
+    #[test]
+    fn an_earlier_timeout_is_kept_and_a_passed_end_stops_at_once() {
+        let now = Instant::now();
+        let early = Schedule::new(now, secs(1.0), Some(now + secs(28.5)));
+        assert_eq!(early.stop_at, Some(now + secs(1.0)));
+        let passed = Schedule::new(now, secs(3.0), Some(now));
+        assert_eq!(passed.stop_at, Some(now));
+        assert_eq!(passed.step, Duration::ZERO);
     }
 }

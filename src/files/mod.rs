@@ -113,29 +113,7 @@ impl FileError {
     /// The wire `ERROR` for this failure of `request`: the code and message
     /// unchanged, with the `details` the platform words its answer from.
     pub fn into_payload(self, request: &Message) -> ErrorPayload {
-        let mut details = serde_json::Map::new();
-        if is_path_error(self.code) {
-            let quoted = |path: &str| {
-                serde_json::Value::String(
-                    crate::audit::cap::cut(path, MAX_DETAILS_PATH_BYTES).to_owned(),
-                )
-            };
-            match request {
-                Message::FileRead(r) => details.insert("path".into(), quoted(&r.path)),
-                Message::FileWrite(r) => details.insert("path".into(), quoted(&r.path)),
-                Message::FileStat(r) => details.insert("path".into(), quoted(&r.path)),
-                Message::FileList(r) => details.insert("path".into(), quoted(&r.path)),
-                Message::FileDelete(r) => details.insert("path".into(), quoted(&r.path)),
-                // Either end may be the one at fault; `path` names both as
-                // the jail's audit record does.
-                Message::FileMove(r) => {
-                    details.insert("src".into(), quoted(&r.src));
-                    details.insert("dst".into(), quoted(&r.dst));
-                    details.insert("path".into(), quoted(&format!("{} -> {}", r.src, r.dst)))
-                }
-                _ => None,
-            };
-        }
+        let mut details = path_details(self.code, request);
         if let Some(excess) = self.excess {
             details.insert(
                 "max_file_size_bytes".into(),
@@ -147,13 +125,56 @@ impl FileError {
                 details.insert("hint".into(), BASE64_HINT.into());
             }
         }
-        let payload = ErrorPayload::new(self.code, self.message);
-        if details.is_empty() {
-            payload
-        } else {
-            payload.with_details(details)
-        }
+        with_details(ErrorPayload::new(self.code, self.message), details)
     }
+}
+
+/// `payload` with `details`, which stay `null` when there are none.
+pub(crate) fn with_details(
+    payload: ErrorPayload,
+    details: serde_json::Map<String, serde_json::Value>,
+) -> ErrorPayload {
+    if details.is_empty() {
+        payload
+    } else {
+        payload.with_details(details)
+    }
+}
+
+/// The `details` of an error with `code` answering `request`: for a path
+/// error, the path as the request sent it (a command's `cwd`, when it sent
+/// one); nothing otherwise.
+pub(crate) fn path_details(
+    code: ErrorCode,
+    request: &Message,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut details = serde_json::Map::new();
+    if !is_path_error(code) {
+        return details;
+    }
+    let quoted = |path: &str| {
+        serde_json::Value::String(crate::audit::cap::cut(path, MAX_DETAILS_PATH_BYTES).to_owned())
+    };
+    match request {
+        Message::FileRead(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileWrite(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileStat(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileList(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileDelete(r) => details.insert("path".into(), quoted(&r.path)),
+        // Either end may be the one at fault; `path` names both as the
+        // jail's audit record does.
+        Message::FileMove(r) => {
+            details.insert("src".into(), quoted(&r.src));
+            details.insert("dst".into(), quoted(&r.dst));
+            details.insert("path".into(), quoted(&format!("{} -> {}", r.src, r.dst)))
+        }
+        Message::ExecuteCommand(r) => match r.cwd.as_deref() {
+            Some(cwd) if !cwd.is_empty() => details.insert("path".into(), quoted(cwd)),
+            _ => None,
+        },
+        _ => None,
+    };
+    details
 }
 
 /// The codes that are about a path the request named.

@@ -3,15 +3,21 @@
 //! §1.6).
 //!
 //! [`Connector`] owns the order of these steps and the classification of
-//! the upgrade outcome. It never writes the bearer token to a connection
-//! whose TLS handshake (including the pin) has not succeeded, except a
-//! loopback `ws://` connection; it never opens a plain-text connection to
-//! an address outside the loopback range, never follows a redirect, and
-//! never reads the process environment (the proxy setting is handed in).
+//! the upgrade outcome. Name resolution runs on a thread of its own, which
+//! the opening stops waiting for at its deadline; at most [`MAX_LOOKUPS`]
+//! such threads exist at once, so a resolver that hangs cannot make
+//! reconnects pile them up.
+//!
+//! It never writes the bearer token to a connection whose TLS handshake
+//! (including the pin) has not succeeded, except a loopback `ws://`
+//! connection; it never opens a plain-text connection to an address outside
+//! the loopback range, never follows a redirect, and never reads the
+//! process environment (the proxy setting is handed in).
 
 use std::ffi::OsString;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::Path;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tungstenite::client::client_with_config;
@@ -33,6 +39,11 @@ use crate::config::Config;
 /// The time allowed for opening a connection, from the first DNS lookup to
 /// the upgrade response (the reference's opening timeout).
 pub const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Name resolutions under way at most, including those an opening stopped
+/// waiting for: the system resolver cannot be interrupted, so a lookup
+/// that hangs keeps its thread until the resolver gives up.
+pub const MAX_LOOKUPS: usize = 4;
 
 /// Room in the write buffer besides one maximal message: its frame header
 /// and queued control frames.
@@ -204,14 +215,8 @@ pub(super) fn dial(
     deadline: Instant,
 ) -> Result<TcpStream, TransportError> {
     let name = host.bare();
-    // The system resolver cannot be given a timeout; the deadline is
-    // checked as soon as it returns.
-    let addresses: Vec<SocketAddr> = (name.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|source| TransportError::Resolve {
-            host: name.clone(),
-            source,
-        })?
+    let addresses: Vec<SocketAddr> = resolve(&name, port, deadline)?
+        .into_iter()
         .filter(|addr| !loopback_only || addr.ip().is_loopback())
         .collect();
     if addresses.is_empty() {
@@ -251,6 +256,105 @@ pub(super) fn dial(
     }
 }
 
+/// The addresses of `name`, or [`TransportError::Timeout`] at `deadline`.
+/// An IP literal needs no lookup.
+fn resolve(name: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, TransportError> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let owned = name.to_owned();
+    lookup_within(&LOOKUPS, deadline, move || {
+        (owned.as_str(), port)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+    })?
+    .map_err(|source| TransportError::Resolve {
+        host: name.to_owned(),
+        source,
+    })
+}
+
+/// The lookups under way (see [`MAX_LOOKUPS`]).
+static LOOKUPS: Lookups = Lookups::new();
+
+/// A count of lookup threads, bounded by [`MAX_LOOKUPS`].
+#[derive(Debug)]
+struct Lookups {
+    running: Mutex<usize>,
+    finished: Condvar,
+}
+
+impl Lookups {
+    const fn new() -> Lookups {
+        Lookups {
+            running: Mutex::new(0),
+            finished: Condvar::new(),
+        }
+    }
+
+    /// Counts a lookup in, waiting until `deadline` for one to finish when
+    /// [`MAX_LOOKUPS`] are under way; false when none did.
+    fn enter(&self, deadline: Instant) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running >= MAX_LOOKUPS {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            running = self
+                .finished
+                .wait_timeout(running, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *running += 1;
+        true
+    }
+
+    fn leave(&self) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        self.finished.notify_one();
+    }
+}
+
+/// Counts a lookup thread out when it ends, however it ends.
+struct Leave<'a>(&'a Lookups);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
+/// Runs `lookup` on a thread counted in `lookups` and waits for its answer
+/// until `deadline`; then gives up on it (the thread ends, and is counted
+/// out, when the lookup returns).
+fn lookup_within<T: Send + 'static>(
+    lookups: &'static Lookups,
+    deadline: Instant,
+    lookup: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<std::io::Result<T>, TransportError> {
+    if !lookups.enter(deadline) {
+        return Err(TransportError::Timeout(Stage::Resolve));
+    }
+    let (answer, answered) = crossbeam_channel::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("resolver".into())
+        .spawn(move || {
+            let _leave = Leave(lookups);
+            // Nobody may be waiting any more: the answer is then dropped.
+            let _ = answer.send(lookup());
+        });
+    if let Err(e) = spawned {
+        lookups.leave();
+        return Ok(Err(e));
+    }
+    answered
+        .recv_deadline(deadline)
+        .map_err(|_| TransportError::Timeout(Stage::Resolve))
+}
+
 pub(super) fn is_timeout(error: &std::io::Error) -> bool {
     matches!(
         error.kind(),
@@ -279,5 +383,64 @@ fn upgrade_error(error: tungstenite::Error) -> TransportError {
             source,
         },
         other => TransportError::UpgradeRejected(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_millis(100)
+    }
+
+    #[test]
+    fn a_hanging_lookup_is_given_up_at_the_deadline_and_lookups_stay_bounded() {
+        static LIMITED: Lookups = Lookups::new();
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let (release, released) = crossbeam_channel::bounded::<()>(0);
+        let hanging = || {
+            let released = released.clone();
+            move || {
+                STARTED.fetch_add(1, Ordering::SeqCst);
+                let _ = released.recv();
+                Ok(())
+            }
+        };
+        for _ in 0..MAX_LOOKUPS {
+            let begun = Instant::now();
+            let outcome = lookup_within(&LIMITED, soon(), hanging());
+            assert!(matches!(
+                outcome,
+                Err(TransportError::Timeout(Stage::Resolve))
+            ));
+            assert!(begun.elapsed() < Duration::from_secs(2));
+        }
+        // Every slot is held by a hanging lookup: the next one waits for a
+        // slot until its deadline and starts no thread.
+        let outcome = lookup_within(&LIMITED, soon(), hanging());
+        assert!(matches!(
+            outcome,
+            Err(TransportError::Timeout(Stage::Resolve))
+        ));
+        while STARTED.load(Ordering::SeqCst) < MAX_LOOKUPS {
+            std::thread::yield_now();
+        }
+        assert_eq!(STARTED.load(Ordering::SeqCst), MAX_LOOKUPS);
+
+        // Once the resolver answers, the threads end and free their slots.
+        drop(release);
+        let answer = lookup_within(&LIMITED, Instant::now() + Duration::from_secs(10), || Ok(7));
+        assert_eq!(answer.unwrap().unwrap(), 7);
+    }
+
+    #[test]
+    fn an_ip_literal_is_not_looked_up() {
+        let past = Instant::now();
+        assert_eq!(
+            resolve("127.0.0.1", 8080, past).unwrap(),
+            [SocketAddr::from(([127, 0, 0, 1], 8080))]
+        );
     }
 }

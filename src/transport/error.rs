@@ -335,11 +335,12 @@ impl TransportError {
 
     /// The `reason` of the `WS_DISCONNECTED` audit record for a connection
     /// that ended (or could not be opened) with this error:
-    /// `tls_pin_mismatch` for a pin mismatch (PROTOCOL.md §1.2a), otherwise
-    /// `loop_error: <kind>` (AUDIT.md §3.3).
+    /// `tls_pin_mismatch` for a pin mismatch (PROTOCOL.md §1.2a),
+    /// `keepalive_timeout` for a connection that stopped answering,
+    /// otherwise `loop_error: <kind>` (AUDIT.md §3.3).
     pub fn audit_reason(&self) -> String {
         match self {
-            TransportError::PinMismatch => "tls_pin_mismatch".into(),
+            TransportError::PinMismatch | TransportError::KeepaliveTimeout => self.kind(),
             other => format!("loop_error: {}", other.kind()),
         }
     }
@@ -504,10 +505,14 @@ mod tests {
     }
 
     #[test]
-    fn audit_reasons_name_the_pin_mismatch_and_prefix_the_rest() {
+    fn audit_reasons_name_the_pin_mismatch_and_the_keepalive_and_prefix_the_rest() {
         assert_eq!(
             TransportError::PinMismatch.audit_reason(),
             "tls_pin_mismatch"
+        );
+        assert_eq!(
+            TransportError::KeepaliveTimeout.audit_reason(),
+            "keepalive_timeout"
         );
         assert_eq!(
             TransportError::UpgradeStatus(502).audit_reason(),

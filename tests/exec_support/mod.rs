@@ -75,6 +75,7 @@ impl Fx {
             host_env: &self.host_env,
             spawner: &self.spawner,
             cancel: &self.cancel,
+            platform_deadline: None,
         };
         exec::execute(&ctx, req)
     }

@@ -1,0 +1,101 @@
+//! A command whose timeout is the platform's own deadline (the
+//! `HELLO_ACK`'s `command_timeout_seconds`, which the platform waits for any
+//! reply at most) is stopped early enough that its `COMMAND_RESULT`, with
+//! `timed_out` and the output so far, reaches the platform at least a
+//! second before that deadline; a shorter requested timeout keeps its exact
+//! meaning. The real binary, driven through the platform emulator.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod start_support;
+
+use std::time::{Duration, Instant};
+
+use autogpt_shim_emulator::{Conn, HelloAck, RawKind};
+use serde_json::{Value, json};
+use start_support::*;
+
+/// The platform deadline the tests grant, in seconds.
+const DEADLINE_SECONDS: i64 = 3;
+
+/// Prints a line, ignores SIGTERM (the shell and its `sleep` both) and
+/// would run far past any deadline.
+const STUBBORN: &str = "trap '' TERM; echo partial; sleep 30";
+
+/// A shim with the shell on, connected with the platform deadline.
+fn deadline_session(home: &Home) -> (Shim, Conn) {
+    let emulator = emulator();
+    let shim = Shim::start(home, &emulator, &["--enable-shell"]);
+    let (conn, _) = connect(
+        &emulator,
+        HelloAck::new()
+            .grant(["files", "shell"])
+            .command_timeout_seconds(DEADLINE_SECONDS),
+    );
+    (shim, conn)
+}
+
+/// Sends `payload` as an `EXECUTE_COMMAND` and returns its result and how
+/// long after the request was handed to the emulator the result arrived.
+fn timed_command(conn: &Conn, payload: Value) -> (Value, Duration) {
+    let sent = Instant::now();
+    let id = conn.request("EXECUTE_COMMAND", payload).unwrap();
+    let result = response_within(conn, &id, WAIT);
+    let arrived = conn
+        .raw_frames()
+        .into_iter()
+        .filter(|f| f.kind == RawKind::Text)
+        .find(|f| f.text().is_some_and(|t| t.contains(&id)))
+        .unwrap()
+        .at;
+    (result, arrived - sent)
+}
+
+fn assert_timed_out_with_partial_output(result: &Value) {
+    assert_eq!(result["type"], "COMMAND_RESULT", "{result}");
+    let p = &result["payload"];
+    assert_eq!(p["timed_out"], true, "{result}");
+    assert_eq!(p["stdout"], "partial\n", "{result}");
+}
+
+#[test]
+fn a_command_overrunning_the_platform_deadline_is_answered_a_second_before_it() {
+    let home = Home::new();
+    let (_shim, conn) = deadline_session(&home);
+    let deadline = Duration::from_secs(DEADLINE_SECONDS as u64);
+    // No timeout asked for, then one longer than the platform's: both are
+    // bounded by the platform's deadline.
+    for payload in [
+        json!({"command": STUBBORN}),
+        json!({"command": STUBBORN, "timeout_seconds": 60}),
+    ] {
+        let (result, took) = timed_command(&conn, payload);
+        assert_timed_out_with_partial_output(&result);
+        assert!(
+            took + Duration::from_secs(1) <= deadline,
+            "the result arrived {took:?} after the request: {result}"
+        );
+    }
+    let timeouts: Vec<Value> = home
+        .records()
+        .into_iter()
+        .filter(|r| r["op"] == "EXECUTE_COMMAND")
+        .map(|r| {
+            assert_eq!(r["result"]["error_code"], "COMMAND_TIMEOUT", "{r}");
+            r["details"]["timeout_seconds"].clone()
+        })
+        .collect();
+    assert_eq!(timeouts, [json!(DEADLINE_SECONDS), json!(DEADLINE_SECONDS)]);
+}
+
+#[test]
+fn a_requested_timeout_below_the_platform_deadline_keeps_its_meaning() {
+    let home = Home::new();
+    let (_shim, conn) = deadline_session(&home);
+    // One second, then SIGTERM (ignored), then SIGKILL two seconds later:
+    // the specified sequence, even though it ends at the platform's
+    // deadline.
+    let (result, took) = timed_command(&conn, json!({"command": STUBBORN, "timeout_seconds": 1}));
+    assert_timed_out_with_partial_output(&result);
+    assert_eq!(result["payload"]["exit_code"], -9, "{result}");
+    assert!(took >= Duration::from_secs(3), "{took:?}: {result}");
+}
