@@ -45,38 +45,67 @@ const TICK: Duration = Duration::from_millis(10);
 /// (seen on the pidfd) and the spawner's report of it.
 const STATUS_TICK: Duration = Duration::from_micros(200);
 
-/// When the termination sequence starts and how long each of its three
-/// waits (SIGTERM → SIGKILL, the leader's status, pipe EOF) and the drain
-/// after a normal exit last.
+/// The two waits after SIGKILL (the leader's status, pipe EOF) when the
+/// platform's deadline bounds the command. After SIGKILL both normally end
+/// at once; they only bound how long a result waits for a process that
+/// cannot die or a pipe held outside the group, and the output already in
+/// the pipes is read either way, so they need not be as long as the grace.
+const AFTER_KILL_WAIT: Duration = Duration::from_millis(250);
+
+/// When the termination sequence starts, how long the group gets between
+/// SIGTERM and SIGKILL, how long each later wait (the leader's status, pipe
+/// EOF, the drain after a normal exit) lasts, and the instant none of them
+/// may pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Schedule {
     /// `None`: a timeout too large to represent.
     stop_at: Option<Instant>,
-    step: Duration,
+    grace: Duration,
+    wait: Duration,
+    end_by: Option<Instant>,
 }
 
 impl Schedule {
-    /// From `now`: the sequence starts at the timeout, each wait lasts
-    /// [`GRACE`]; with `end_by`, the sequence also starts early enough to be
-    /// over by then. It keeps its full length while that leaves the
-    /// command at least as long to run as the sequence takes, and is
-    /// shortened evenly beyond, so a short deadline still lets the command
-    /// run for half of it and the group still gets a grace period.
+    /// From `now`: the sequence starts at the timeout, the grace and each
+    /// wait last [`GRACE`]. With `end_by`, the sequence also starts early
+    /// enough to be over by then: the full grace and [`AFTER_KILL_WAIT`]s
+    /// while that leaves the command at least as long to run as the
+    /// sequence takes, all shortened in proportion beyond, so a short
+    /// deadline still lets the command run for half of it and the group
+    /// still gets a grace period. No wait then runs past `end_by`, also the
+    /// drain after a command that exited on its own just before it.
     fn new(now: Instant, timeout: Duration, end_by: Option<Instant>) -> Schedule {
         let at_timeout = now.checked_add(timeout);
         let Some(end_by) = end_by else {
             return Schedule {
                 stop_at: at_timeout,
-                step: GRACE,
+                grace: GRACE,
+                wait: GRACE,
+                end_by: None,
             };
         };
         let budget = end_by.saturating_duration_since(now);
-        let sequence = (GRACE * 3).min(budget / 2);
+        let full = GRACE + AFTER_KILL_WAIT * 2;
+        let sequence = full.min(budget / 2);
+        let (grace, wait) = if sequence == full {
+            (GRACE, AFTER_KILL_WAIT)
+        } else {
+            let share = sequence.as_secs_f64() / full.as_secs_f64();
+            (GRACE.mul_f64(share), AFTER_KILL_WAIT.mul_f64(share))
+        };
         let latest = now + (budget - sequence);
         Schedule {
             stop_at: Some(at_timeout.map_or(latest, |t| t.min(latest))),
-            step: sequence / 3,
+            grace,
+            wait,
+            end_by: Some(end_by),
         }
+    }
+
+    /// The end of a phase of `length` that starts `now`, never past the end.
+    fn until(&self, now: Instant, length: Duration) -> Instant {
+        let until = now + length;
+        self.end_by.map_or(until, |end| until.min(end))
     }
 }
 
@@ -192,7 +221,6 @@ pub fn supervise(
     let mut leader_exited = child.pidfd.is_none();
     let mut stop: Option<Stop> = None;
     let schedule = Schedule::new(Instant::now(), timeout, end_by);
-    let step = schedule.step;
     let mut phase = Phase::Running(schedule.stop_at);
     loop {
         if status.is_none() && !status_lost {
@@ -211,32 +239,32 @@ pub fn supervise(
                     if !pipes_open {
                         break;
                     }
-                    Phase::Draining(now + step)
+                    Phase::Draining(schedule.until(now, schedule.wait))
                 } else if stop.is_none() && cancel.is_cancelled() {
                     stop = Some(Stop::Cancelled);
                     signal_group(pid, Signal::TERM);
-                    Phase::Terminating(now + step)
+                    Phase::Terminating(schedule.until(now, schedule.grace))
                 } else if deadline.is_some_and(|d| now >= d) {
                     stop = Some(Stop::Timeout);
                     signal_group(pid, Signal::TERM);
-                    Phase::Terminating(now + step)
+                    Phase::Terminating(schedule.until(now, schedule.grace))
                 } else {
                     phase
                 }
             }
             Phase::Terminating(kill_at) => {
                 if group_gone(pid) {
-                    Phase::Reaping(now + step)
+                    Phase::Reaping(schedule.until(now, schedule.wait))
                 } else if now >= kill_at {
                     signal_group(pid, Signal::KILL);
-                    Phase::Reaping(now + step)
+                    Phase::Reaping(schedule.until(now, schedule.wait))
                 } else {
                     phase
                 }
             }
             Phase::Reaping(until) => {
                 if collected || now >= until {
-                    Phase::Draining(now + step)
+                    Phase::Draining(schedule.until(now, schedule.wait))
                 } else {
                     phase
                 }
@@ -431,23 +459,29 @@ mod tests {
         let now = Instant::now();
         let schedule = Schedule::new(now, secs(5.0), None);
         assert_eq!(schedule.stop_at, Some(now + secs(5.0)));
-        assert_eq!(schedule.step, GRACE);
+        assert_eq!((schedule.grace, schedule.wait), (GRACE, GRACE));
+        assert_eq!(schedule.until(now, GRACE), now + GRACE);
     }
 
     #[test]
     fn a_distant_end_keeps_the_full_sequence_and_starts_it_in_time() {
         let now = Instant::now();
         let schedule = Schedule::new(now, secs(30.0), Some(now + secs(28.5)));
-        assert_eq!(schedule.step, GRACE);
-        assert_eq!(schedule.stop_at, Some(now + secs(22.5)));
+        assert_eq!((schedule.grace, schedule.wait), (GRACE, AFTER_KILL_WAIT));
+        assert_eq!(schedule.stop_at, Some(now + secs(26.0)));
+        // A command that exits on its own just before the end still has
+        // its drain cut at the end.
+        assert_eq!(schedule.until(now + secs(28.0), GRACE), now + secs(28.5));
     }
 
     #[test]
     fn a_near_end_shortens_the_sequence_to_half_of_what_is_left() {
         let now = Instant::now();
         let schedule = Schedule::new(now, secs(3.0), Some(now + secs(1.5)));
-        assert_eq!(schedule.step, secs(0.25));
         assert_eq!(schedule.stop_at, Some(now + secs(0.75)));
+        let sequence = schedule.grace + schedule.wait * 2;
+        assert!(sequence.abs_diff(secs(0.75)) < secs(0.001), "{sequence:?}");
+        assert!(schedule.grace > schedule.wait * 4);
     }
 
     #[test]
@@ -457,6 +491,9 @@ mod tests {
         assert_eq!(early.stop_at, Some(now + secs(1.0)));
         let passed = Schedule::new(now, secs(3.0), Some(now));
         assert_eq!(passed.stop_at, Some(now));
-        assert_eq!(passed.step, Duration::ZERO);
+        assert_eq!(
+            (passed.grace, passed.wait),
+            (Duration::ZERO, Duration::ZERO)
+        );
     }
 }
