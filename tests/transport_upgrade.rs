@@ -5,15 +5,16 @@
 
 mod transport_support;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use autogpt_shim::transport::connection::Incoming;
 use autogpt_shim::transport::{
     Connector, Disposition, ProxyConfig, Stage, TransportError, UrlError,
 };
-use transport_support::{Answer, PATIENCE, Pki, Server, drain};
+use transport_support::{Answer, PATIENCE, Pki, Server, ServerStream, drain};
 use zeroize::Zeroizing;
 
 fn plain_connector() -> Connector {
@@ -218,4 +219,178 @@ fn an_upgrade_left_unanswered_times_out_in_the_upgrade_stage() {
         "{error:?}"
     );
     holder.join().unwrap();
+}
+
+/// A TLS server on 127.0.0.1 that reads one upgrade request and answers it
+/// with `answer`, given the request's `Sec-WebSocket-Key`; the answer is
+/// written up to `split(answer)` as one TLS record, then after 300 ms the
+/// rest as another.
+fn raw_server(
+    pki: &Pki,
+    answer: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
+    split: impl FnOnce(&[u8]) -> usize + Send + 'static,
+) -> (u16, thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = pki.server_config();
+    let handle = thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut stream = ServerStream::Tls(Box::new(rustls::StreamOwned::new(
+            rustls::ServerConnection::new(config).unwrap(),
+            tcp,
+        )));
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n\r\n") {
+            assert_eq!(
+                stream.read(&mut byte).unwrap(),
+                1,
+                "the request ended early"
+            );
+            request.push(byte[0]);
+        }
+        let request = String::from_utf8(request).unwrap();
+        let key = request
+            .lines()
+            .find_map(|line| line.strip_prefix("Sec-WebSocket-Key: "))
+            .unwrap()
+            .to_owned();
+        let bytes = answer(&key);
+        let (first, second) = bytes.split_at(split(&bytes));
+        stream.write_all(first).unwrap();
+        stream.flush().unwrap();
+        if !second.is_empty() {
+            thread::sleep(Duration::from_millis(300));
+            stream.write_all(second).unwrap();
+            stream.flush().unwrap();
+        }
+        // Keep the connection open until the client is done with it.
+        let _ = stream.read(&mut byte);
+    });
+    (port, handle)
+}
+
+fn head_length(bytes: &[u8]) -> usize {
+    bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4
+}
+
+fn connect_raw(
+    pki: &Pki,
+    port: u16,
+) -> Result<autogpt_shim::transport::Connection, TransportError> {
+    Connector::new(Some(&pki.ca_file), &[], ProxyConfig::direct())
+        .unwrap()
+        .connect(
+            &format!("wss://localhost:{port}/ws/local-executor"),
+            Some(&token("tok")),
+        )
+}
+
+#[test]
+fn a_refusal_body_sent_after_its_head_still_gives_the_detail() {
+    let pki = Pki::new("late-body");
+    let body = br#"{"detail":"Session is not bound to this machine"}"#;
+    let (port, server) = raw_server(
+        &pki,
+        move |_| {
+            let mut bytes = format!(
+                "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            bytes.extend_from_slice(body);
+            bytes
+        },
+        head_length,
+    );
+    let error = connect_raw(&pki, port).unwrap_err();
+    match &error {
+        TransportError::Forbidden { detail } => assert_eq!(
+            detail.as_deref(),
+            Some("Session is not bound to this machine")
+        ),
+        other => panic!("{other:?}"),
+    }
+    drop(error);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_switch_with_a_wrong_accept_value_is_rejected() {
+    let pki = Pki::new("bad-accept");
+    let (port, server) = raw_server(
+        &pki,
+        |_| {
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n".to_vec()
+        },
+        |bytes| bytes.len() / 2,
+    );
+    let error = connect_raw(&pki, port).unwrap_err();
+    assert!(
+        matches!(&error, TransportError::UpgradeRejected(why) if why.contains("Sec-WebSocket-Accept")),
+        "{error:?}"
+    );
+    assert_eq!(error.disposition(), Disposition::Transient);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_switch_naming_an_extension_or_subprotocol_never_asked_for_is_rejected() {
+    for extra in [
+        "Sec-WebSocket-Extensions: permessage-deflate",
+        "Sec-WebSocket-Protocol: chat",
+    ] {
+        let pki = Pki::new("extra");
+        let (port, server) = raw_server(
+            &pki,
+            move |key| {
+                format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{extra}\r\n\r\n",
+                    tungstenite::handshake::derive_accept_key(key.as_bytes())
+                )
+                .into_bytes()
+            },
+            |bytes| bytes.len(),
+        );
+        let error = connect_raw(&pki, port).unwrap_err();
+        assert!(
+            matches!(&error, TransportError::UpgradeRejected(why) if why.contains("not asked for")),
+            "{extra}: {error:?}"
+        );
+        server.join().unwrap();
+    }
+}
+
+#[test]
+fn a_message_sent_with_the_switch_is_not_lost() {
+    let pki = Pki::new("tail");
+    let (port, server) = raw_server(
+        &pki,
+        |key| {
+            let mut bytes = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                tungstenite::handshake::derive_accept_key(key.as_bytes())
+            )
+            .into_bytes();
+            // An unmasked text frame "hi" in the same write as the head.
+            bytes.extend_from_slice(&[0x81, 0x02, b'h', b'i']);
+            bytes
+        },
+        |bytes| bytes.len(),
+    );
+    let (mut reader, writer) = connect_raw(&pki, port).unwrap().split().unwrap();
+    let until = Instant::now() + PATIENCE;
+    let message = loop {
+        match reader.read().unwrap() {
+            Incoming::Idle if Instant::now() < until => {}
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(&message, Incoming::Message(m) if m == b"hi"),
+        "{message:?}"
+    );
+    drop((reader, writer));
+    server.join().unwrap();
 }

@@ -20,19 +20,16 @@ use std::path::Path;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tungstenite::client::client_with_config;
-use tungstenite::handshake::HandshakeError;
-use tungstenite::handshake::client::{Request, generate_key};
-use tungstenite::http::header::{AUTHORIZATION, HeaderValue};
 use tungstenite::protocol::WebSocketConfig;
 use zeroize::Zeroizing;
 
 use super::MAX_MESSAGE_BYTES;
 use super::connection::Connection;
-use super::error::{Stage, TransportError, refusal_detail};
+use super::error::{Stage, TransportError};
 use super::proxy::{ProxyConfig, open_tunnel};
 use super::stream::{Paced, Stream};
 use super::tls::TlsSettings;
+use super::upgrade::{UpgradeRequest, upgrade};
 use super::url::{Host, WsUrl};
 use crate::config::Config;
 
@@ -137,7 +134,7 @@ impl Connector {
         token: Option<&Zeroizing<String>>,
     ) -> Result<Connection, TransportError> {
         let deadline = Instant::now() + self.opening_timeout;
-        let request = upgrade_request(url, token)?;
+        let request = UpgradeRequest::new(url, token)?;
 
         let proxy = if url.is_secure() {
             self.proxy.route(url.host())
@@ -160,13 +157,7 @@ impl Connector {
 
         // Only now, with the server authenticated (or on loopback), does the
         // request carrying the token go out.
-        let (mut websocket, _response) =
-            client_with_config(request, stream, Some(websocket_config())).map_err(|error| {
-                match error {
-                    HandshakeError::Interrupted(_) => TransportError::Timeout(Stage::Upgrade),
-                    HandshakeError::Failure(error) => upgrade_error(error),
-                }
-            })?;
+        let mut websocket = upgrade(stream, &request)?;
         websocket
             .get_mut()
             .paced_mut()
@@ -177,32 +168,6 @@ impl Connector {
             })?;
         Ok(Connection::new(websocket, proxy.is_some()))
     }
-}
-
-/// The upgrade request; the token goes into a header marked sensitive.
-fn upgrade_request(
-    url: &WsUrl,
-    token: Option<&Zeroizing<String>>,
-) -> Result<Request, TransportError> {
-    let mut builder = Request::builder()
-        .method("GET")
-        .uri(url.to_string())
-        .header("Host", url.host_header())
-        .header("Connection", "Upgrade")
-        .header("Upgrade", "websocket")
-        .header("Sec-WebSocket-Version", "13")
-        .header("Sec-WebSocket-Key", generate_key());
-    if let Some(token) = token.filter(|t| !t.is_empty()) {
-        let mut text = Zeroizing::new(String::with_capacity(7 + token.len()));
-        text.push_str("Bearer ");
-        text.push_str(token);
-        let mut value = HeaderValue::from_str(&text).map_err(|_| TransportError::InvalidToken)?;
-        value.set_sensitive(true);
-        builder = builder.header(AUTHORIZATION, value);
-    }
-    builder
-        .body(())
-        .map_err(|_| TransportError::Url(super::url::UrlError::BadHost))
 }
 
 /// Resolves `host` and connects to the first address that answers, within
@@ -360,30 +325,6 @@ pub(super) fn is_timeout(error: &std::io::Error) -> bool {
         error.kind(),
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
     )
-}
-
-/// PROTOCOL.md §1.3: 401 → refresh, 403 → refused, any other status →
-/// transient; a broken handshake or I/O error → transient. Of a refusal's
-/// body (what arrived with its head) only the `detail` is kept.
-fn upgrade_error(error: tungstenite::Error) -> TransportError {
-    match error {
-        tungstenite::Error::Http(response) => {
-            let detail = || response.body().as_deref().and_then(refusal_detail);
-            match response.status().as_u16() {
-                401 => TransportError::Unauthorized { detail: detail() },
-                403 => TransportError::Forbidden { detail: detail() },
-                status => TransportError::UpgradeStatus(status),
-            }
-        }
-        tungstenite::Error::Io(source) if is_timeout(&source) => {
-            TransportError::Timeout(Stage::Upgrade)
-        }
-        tungstenite::Error::Io(source) => TransportError::Io {
-            stage: Stage::Upgrade,
-            source,
-        },
-        other => TransportError::UpgradeRejected(other.to_string()),
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! close`), a bounded response (head and body), one deadline for the whole
 //! exchange, and no redirects — a 3xx is just a status the caller refuses.
 //! It never logs or keeps the request body, which carries codes and tokens.
+//! Its response reader (a bounded head, then a bounded body) also reads the
+//! answer to the WebSocket upgrade.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -90,7 +92,7 @@ impl Connector {
     }
 }
 
-fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
+pub(super) fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
     if is_timeout(&source) {
         TransportError::Timeout(stage)
     } else {
@@ -101,10 +103,47 @@ fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
 /// Reads the head and the body (by `Content-Length`, chunked, or to the end
 /// of the connection).
 fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, TransportError> {
+    let head = read_head(stream, Stage::Read)?;
+    let status = head.status;
+    let body = read_body(stream, head, max_body)?;
+    Ok(HttpResponse { status, body })
+}
+
+/// A response head as it was read, and what was read past it.
+pub(super) struct Head {
+    /// The status code.
+    pub status: u16,
+    /// Every header, its name lower-cased, in order.
+    headers: Vec<(String, Vec<u8>)>,
+    /// The bytes read after the head: the start of the body, or of the
+    /// WebSocket stream after a 101.
+    pub rest: Zeroizing<Vec<u8>>,
+    /// The stage read errors are reported at.
+    stage: Stage,
+}
+
+impl Head {
+    /// The first header called `name` (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(have, _)| have.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_slice())
+    }
+
+    /// Whether any header is called `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.header(name).is_some()
+    }
+}
+
+/// Reads a response head of at most [`MAX_HEAD`] bytes; read errors and
+/// timeouts are reported at `stage`.
+pub(super) fn read_head(stream: &mut Stream, stage: Stage) -> Result<Head, TransportError> {
     let mut buffer = Zeroizing::new(Vec::with_capacity(4096));
     let mut chunk = [0u8; 4096];
-    let (status, head_len, framing) = loop {
-        let n = read_some(stream, &mut chunk)?;
+    loop {
+        let n = read_some(stream, &mut chunk, stage)?;
         if n == 0 {
             return Err(malformed("the connection ended before the response head"));
         }
@@ -114,7 +153,17 @@ fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, T
         match response.parse(&buffer) {
             Ok(httparse::Status::Complete(len)) => {
                 let status = response.code.ok_or_else(|| malformed("no status code"))?;
-                break (status, len, framing(response.headers)?);
+                let headers = response
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+                    .collect();
+                return Ok(Head {
+                    status,
+                    headers,
+                    rest: Zeroizing::new(buffer[len..].to_vec()),
+                    stage,
+                });
             }
             Ok(httparse::Status::Partial) if buffer.len() > MAX_HEAD => {
                 return Err(malformed("the response head is too large"));
@@ -122,15 +171,26 @@ fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, T
             Ok(httparse::Status::Partial) => {}
             Err(e) => return Err(malformed(&format!("unreadable response head: {e}"))),
         }
-    };
-    let mut rest = Zeroizing::new(buffer[head_len..].to_vec());
+    }
+}
+
+/// Reads the body that follows `head`, of at most `max_body` bytes.
+pub(super) fn read_body(
+    stream: &mut Stream,
+    head: Head,
+    max_body: usize,
+) -> Result<Zeroizing<Vec<u8>>, TransportError> {
+    let stage = head.stage;
+    let framing = framing(&head)?;
+    let mut rest = head.rest;
+    let mut chunk = [0u8; 4096];
     let body = match framing {
         Framing::Length(len) => {
             if len > max_body {
                 return Err(too_large(max_body));
             }
             while rest.len() < len {
-                let n = read_some(stream, &mut chunk)?;
+                let n = read_some(stream, &mut chunk, stage)?;
                 if n == 0 {
                     return Err(malformed("the body ended early"));
                 }
@@ -139,13 +199,13 @@ fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, T
             rest.truncate(len);
             rest
         }
-        Framing::Chunked => dechunk(stream, rest, max_body)?,
+        Framing::Chunked => dechunk(stream, rest, max_body, stage)?,
         Framing::UntilClose => {
             loop {
                 if rest.len() > max_body {
                     return Err(too_large(max_body));
                 }
-                let n = read_some(stream, &mut chunk)?;
+                let n = read_some(stream, &mut chunk, stage)?;
                 if n == 0 {
                     break;
                 }
@@ -154,7 +214,7 @@ fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, T
             rest
         }
     };
-    Ok(HttpResponse { status, body })
+    Ok(body)
 }
 
 enum Framing {
@@ -163,12 +223,10 @@ enum Framing {
     UntilClose,
 }
 
-fn framing(headers: &[httparse::Header<'_>]) -> Result<Framing, TransportError> {
+fn framing(head: &Head) -> Result<Framing, TransportError> {
     let value = |name: &str| {
-        headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+        head.header(name)
+            .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
     };
     if let Some(encoding) = value("transfer-encoding") {
         return if encoding == "chunked" {
@@ -192,11 +250,12 @@ fn dechunk(
     stream: &mut Stream,
     mut raw: Zeroizing<Vec<u8>>,
     max_body: usize,
+    stage: Stage,
 ) -> Result<Zeroizing<Vec<u8>>, TransportError> {
     let mut body = Zeroizing::new(Vec::new());
     let mut chunk = [0u8; 4096];
     let mut fill = |raw: &mut Zeroizing<Vec<u8>>| -> Result<(), TransportError> {
-        let n = read_some(stream, &mut chunk)?;
+        let n = read_some(stream, &mut chunk, stage)?;
         if n == 0 {
             return Err(malformed("the chunked body ended early"));
         }
@@ -232,8 +291,8 @@ fn dechunk(
     }
 }
 
-/// One read; timeouts surface as `Timeout`.
-fn read_some(stream: &mut Stream, buf: &mut [u8]) -> Result<usize, TransportError> {
+/// One read; timeouts surface as `Timeout` at `stage`.
+fn read_some(stream: &mut Stream, buf: &mut [u8], stage: Stage) -> Result<usize, TransportError> {
     loop {
         match stream.read(buf) {
             Ok(n) => return Ok(n),
@@ -241,7 +300,7 @@ fn read_some(stream: &mut Stream, buf: &mut [u8]) -> Result<usize, TransportErro
             // A TLS peer that closes without close_notify still ended the
             // response (Connection: close).
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
-            Err(e) => return Err(io_error(Stage::Read, e)),
+            Err(e) => return Err(io_error(stage, e)),
         }
     }
 }

@@ -5,10 +5,12 @@
 //! The module tree follows the opening of a connection: [`url`] checks the
 //! URL, [`proxy`] decides on and speaks HTTP `CONNECT`, [`tls`] verifies the
 //! server (web PKI roots, `--ca-file`, SPKI pins via [`der`]), [`connector`]
-//! runs the steps and classifies the upgrade outcome, [`connection`] shares
+//! runs the steps, `upgrade` asks for the WebSocket and classifies the
+//! answer (reading a refusal's explanation), [`connection`] shares
 //! the open socket between one reader and writer threads, [`keepalive`]
 //! times the WebSocket pings, [`error`] names every failure. [`http`] sends
-//! the OAuth requests over the same dialling, proxy and TLS steps.
+//! the OAuth requests over the same dialling, proxy and TLS steps, and
+//! reads every HTTP response head, the upgrade's too.
 //!
 //! The transport moves whole messages as bytes; it never parses a frame's
 //! JSON (that is the protocol layer's), never listens on a port, never reads
@@ -25,6 +27,7 @@ pub mod keepalive;
 pub mod proxy;
 mod stream;
 pub mod tls;
+mod upgrade;
 pub mod url;
 
 pub use connection::{
