@@ -133,3 +133,55 @@ fn a_folder_whose_path_the_platform_refuses_cannot_be_attached_to_a_chat() {
     assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
     assert_eq!(emulator.attempts().len(), 1, "only the control connection");
 }
+
+#[test]
+fn a_grant_for_a_folder_whose_path_the_platform_refuses_is_not_restored() {
+    use autogpt_shim::control::grant::{Claims, GrantKey, fingerprint, sign};
+    use autogpt_shim::secrets::KeyCheck;
+    use std::os::unix::fs::MetadataExt;
+
+    let home = Home::new();
+    let home_path = home.path().canonicalize().unwrap();
+    let folder = home_path.join("a<b>");
+    std::fs::create_dir(&folder).unwrap();
+    let emulator = emulator();
+    let mut shim = Shim::start_control(&home, &emulator, &[]);
+    let (conn, hello) = accept_with(&emulator, &HelloAck::new());
+    // A grant such as a shim that did not check the path yet issued: valid
+    // in every other respect, signed with this machine's grant key.
+    let audit_key = home
+        .store()
+        .audit_key_read_only(&mut |_| KeyCheck::NoRecords)
+        .unwrap();
+    let meta = std::fs::metadata(&folder).unwrap();
+    let text = folder.to_str().unwrap().to_owned();
+    let claims = Claims {
+        fingerprint: fingerprint(&meta.dev().to_string(), meta.ino(), &text),
+        allowed_root: text,
+        issued_at: 1_700_000_000.0,
+        machine_id: hello["payload"]["machine_id"].as_str().unwrap().to_owned(),
+        revision: 1,
+        session_id: "chat-1".into(),
+        identity: None,
+    };
+    let grant = sign(&GrantKey::derive(&audit_key), &claims);
+    let reply = conn
+        .call(
+            "RESTORE_SESSION",
+            json!({"session_id": "chat-1", "root_grant": grant}),
+            WAIT,
+        )
+        .unwrap();
+    assert_eq!(reply["type"], "ERROR", "{reply}");
+    assert_eq!(reply["payload"]["code"], "DIRECTORY_UNAVAILABLE", "{reply}");
+    let message = reply["payload"]["message"].as_str().unwrap();
+    assert!(message.contains("<, > or a control character"), "{message}");
+    std::thread::sleep(GRACE);
+    assert_eq!(
+        emulator.attempts().len(),
+        1,
+        "no chat connection was opened"
+    );
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+}

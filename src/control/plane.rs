@@ -298,6 +298,9 @@ enum Unusable {
     /// The folder is, holds or lies inside one of the shim's own
     /// directories (`DIRECTORY_UNAVAILABLE`).
     OwnFiles,
+    /// The folder's path is one the platform refuses in the chat's HELLO
+    /// (`DIRECTORY_UNAVAILABLE`): a grant issued before that was checked.
+    NotSendable,
 }
 
 impl From<GrantError> for Unusable {
@@ -584,6 +587,9 @@ impl Inner {
         if self.holds_own_files(&dir.path) {
             return Err(Unusable::OwnFiles);
         }
+        if !HelloField::AllowedRoot.accepts(&dir.text) {
+            return Err(Unusable::NotSendable);
+        }
         Ok(Binding {
             session_id: session.to_owned(),
             allowed_root: dir.path,
@@ -602,6 +608,7 @@ impl Inner {
         let (code, message) = match error {
             Unusable::Grant(error) => (ErrorCode::RootGrantInvalid, error.message()),
             Unusable::OwnFiles => (ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT),
+            Unusable::NotSendable => (ErrorCode::DirectoryUnavailable, ROOT_NOT_SENDABLE),
         };
         let details = Details::new().with("session_id", json!(session));
         if !self.record(id, op, Some(session), details, failure(code)) {
