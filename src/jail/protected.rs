@@ -88,11 +88,15 @@ impl Place {
 }
 
 /// One of the shim's own files, recorded once it has been opened at start.
+/// It is known by the identity its path has when a request is checked, not
+/// by one seen earlier: the shim replaces some of its files (the token
+/// store is rewritten whole), and the inode number of a replaced file is
+/// free for any new file, below a root too.
 #[derive(Debug)]
 struct OwnFile {
     /// What it is, for messages ("the token store").
     what: &'static str,
-    id: Id,
+    path: PathBuf,
 }
 
 /// How a root relates to a protected location.
@@ -200,11 +204,9 @@ impl ProtectedLocations {
         }
     }
 
-    /// Adds the identities of the shim's own files as they are now (a link
-    /// is followed, as the shim follows it) to those recorded before: start
-    /// records them before and after it opens them, since opening may
-    /// replace a file. A request whose target is one of them, by any name,
-    /// is refused.
+    /// Adds the shim's own files to those recorded before. A request whose
+    /// target is one of them as it is then (a link followed, as the shim
+    /// follows it), by any name, is refused.
     pub fn record_files<'a>(&self, files: impl IntoIterator<Item = (&'static str, &'a Path)>) {
         let mut known = self
             .shared
@@ -212,13 +214,11 @@ impl ProtectedLocations {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         for (what, path) in files {
-            let Ok(st) = rustix::fs::stat(path) else {
-                continue;
-            };
-            let id = identity(&st);
-            let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
-            if regular && !known.iter().any(|f| f.id == id) {
-                known.push(OwnFile { what, id });
+            if !known.iter().any(|f| f.path == path) {
+                known.push(OwnFile {
+                    what,
+                    path: path.to_path_buf(),
+                });
             }
         }
     }
@@ -227,14 +227,22 @@ impl ProtectedLocations {
         &self.shared.places
     }
 
-    /// The recorded file named by identity `id`.
+    /// The recorded file that is, now, the regular file of identity `id`.
     fn own_file(&self, id: Id) -> Option<&'static str> {
         let known = self
             .shared
             .files
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        known.iter().find(|f| f.id == id).map(|f| f.what)
+        known
+            .iter()
+            .find(|f| {
+                rustix::fs::stat(&f.path).is_ok_and(|st| {
+                    FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                        && identity(&st) == id
+                })
+            })
+            .map(|f| f.what)
     }
 
     fn has_files(&self) -> bool {
@@ -530,6 +538,29 @@ mod tests {
         let reached = |name: &str| protected.reached(fd.as_fd(), id, &[OsString::from(name)]);
         assert_eq!(reached("innocent"), Some("token store"));
         assert_eq!(reached("plain"), None);
+    }
+
+    #[test]
+    fn an_own_file_is_known_by_what_its_path_is_now() {
+        let (_tmp, base) = fixture();
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        let tokens = base.join("tokens.enc");
+        std::fs::write(&tokens, "old").unwrap();
+        let protected = ProtectedLocations::default();
+        protected.record_files([("token store", tokens.as_path())]);
+        // The old file survives under another name; the store is replaced
+        // whole, as the shim rewrites it.
+        std::fs::hard_link(&tokens, base.join("root/old")).unwrap();
+        std::fs::write(base.join("tokens.new"), "new").unwrap();
+        std::fs::rename(base.join("tokens.new"), &tokens).unwrap();
+        std::fs::hard_link(&tokens, base.join("root/new")).unwrap();
+        let fd = rustix::fs::open(base.join("root"), OFlags::PATH, Mode::empty()).unwrap();
+        let id = identity(&rustix::fs::fstat(&fd).unwrap());
+        let reached = |name: &str| protected.reached(fd.as_fd(), id, &[OsString::from(name)]);
+        assert_eq!(reached("new"), Some("token store"));
+        // The inode the store had before is no longer the shim's: its
+        // number may be reused by any new file.
+        assert_eq!(reached("old"), None);
     }
 
     #[test]
