@@ -28,6 +28,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::process::Pid;
 use serde_json::{Value, json};
 
+use self::run::ResultBy;
 use crate::audit::{Details, Outcome as AuditOutcome};
 use crate::files::{self, FileError, JailedError, Step, fd_mount_ok, jailed};
 use crate::jail::{Decision, EnforceError, Jail};
@@ -76,13 +77,22 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 /// audit record made durable, the encoding, the writer's queue.
 pub const SEND_RESERVE: Duration = Duration::from_millis(500);
 
+/// The least time a command must have before its result is due for it to
+/// be started at all.
+pub const MIN_RUN: Duration = Duration::from_millis(250);
+
+/// The message of a command not started because its result could no
+/// longer arrive in time.
+const TOO_LATE: &str = "The command could not start early enough to answer before the platform's deadline; it was not started.";
+
 impl PlatformDeadline {
-    /// The instant a command bounded by this deadline must be done by: the
-    /// deadline less [`DEADLINE_MARGIN`] and [`SEND_RESERVE`].
-    fn command_end(&self) -> Instant {
+    /// The instant a command's result must be ready by: the deadline less
+    /// [`DEADLINE_MARGIN`] and [`SEND_RESERVE`]. `None`: a wait too long to
+    /// represent, which bounds nothing.
+    fn result_by(&self) -> Option<Instant> {
         let before = DEADLINE_MARGIN + SEND_RESERVE;
-        let deadline = self.received + self.wait;
-        deadline.checked_sub(before).unwrap_or(self.received)
+        let deadline = self.received.checked_add(self.wait)?;
+        Some(deadline.checked_sub(before).unwrap_or(self.received))
     }
 }
 
@@ -274,6 +284,24 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
         return outcome;
     }
 
+    // Steps 11 and 12, planned before the start. A timeout that is the
+    // platform's own deadline ends the command early enough for its result
+    // to arrive in time; a shorter requested one keeps its instant, and
+    // only its grace is cut when that would end past the deadline.
+    let timeout = Duration::from_secs(record.timeout_seconds);
+    let result_by = ctx.platform_deadline.and_then(|d| {
+        d.result_by().map(|instant| ResultBy {
+            instant,
+            timeout_is_the_wait: timeout >= d.wait,
+        })
+    });
+    // A request that reached this point too late for its answer to arrive
+    // in time (the platform has given up on it): nothing starts, so no
+    // side effect happens that nobody will hear of.
+    if result_by.is_some_and(|by| by.instant < Instant::now() + MIN_RUN) {
+        return record.fail(ExecError::new(ErrorCode::ShimOverloaded, TOO_LATE));
+    }
+
     // Step 10. The directory descriptor stays open until the spawner has
     // received it.
     let spawned = run::spawn(ctx.spawner, &argv, &child_env, cwd_fd.as_fd());
@@ -283,19 +311,11 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
         Err(e) => return record.fail(spawn_error(&argv, &e)),
     };
 
-    // Steps 11 and 12. A timeout that is the platform's own deadline ends
-    // the command early enough for its result to arrive in time; a shorter
-    // requested one keeps its exact meaning.
-    let timeout = Duration::from_secs(record.timeout_seconds);
-    let end_by = ctx
-        .platform_deadline
-        .filter(|d| timeout >= d.wait)
-        .map(|d| d.command_end());
     let finished = run::supervise(
         child,
         output,
         timeout,
-        end_by,
+        result_by,
         ctx.max_file_size_bytes,
         ctx.cancel,
     );

@@ -46,45 +46,63 @@ const TICK: Duration = Duration::from_millis(10);
 const STATUS_TICK: Duration = Duration::from_micros(200);
 
 /// The two waits after SIGKILL (the leader's status, pipe EOF) when the
-/// platform's deadline bounds the command. After SIGKILL both normally end
+/// platform's deadline bounds the result. After SIGKILL both normally end
 /// at once; they only bound how long a result waits for a process that
 /// cannot die or a pipe held outside the group, and the output already in
 /// the pipes is read either way, so they need not be as long as the grace.
 const AFTER_KILL_WAIT: Duration = Duration::from_millis(250);
 
-/// When the termination sequence starts, how long the group gets between
-/// SIGTERM and SIGKILL, how long each later wait (the leader's status, pipe
-/// EOF, the drain after a normal exit) lasts, and the instant none of them
-/// may pass.
+/// The instant a command's result must be ready by (the platform's
+/// deadline less what sending takes), and whether the command's timeout is
+/// the platform's wait itself rather than a shorter one it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultBy {
+    /// The instant.
+    pub instant: Instant,
+    /// The timeout is the platform's whole wait: the termination sequence
+    /// is started early enough to be over by [`ResultBy::instant`].
+    pub timeout_is_the_wait: bool,
+}
+
+/// When the termination sequence starts and how long each of its parts
+/// lasts (SIGTERM → SIGKILL, the leader's status, pipe EOF; the drain after
+/// a normal exit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Schedule {
     /// `None`: a timeout too large to represent.
     stop_at: Option<Instant>,
     grace: Duration,
+    /// Each wait after SIGKILL.
     wait: Duration,
-    end_by: Option<Instant>,
+    /// When the result must be ready, and the SIGKILL must come by then
+    /// less the two waits.
+    result_by: Option<Instant>,
 }
 
 impl Schedule {
-    /// From `now`: the sequence starts at the timeout, the grace and each
-    /// wait last [`GRACE`]. With `end_by`, the sequence also starts early
-    /// enough to be over by then: the full grace and [`AFTER_KILL_WAIT`]s
-    /// while that leaves the command at least as long to run as the
-    /// sequence takes, all shortened in proportion beyond, so a short
-    /// deadline still lets the command run for half of it and the group
-    /// still gets a grace period. No wait then runs past `end_by`, also the
-    /// drain after a command that exited on its own just before it.
-    fn new(now: Instant, timeout: Duration, end_by: Option<Instant>) -> Schedule {
+    /// From `now`, without a deadline: the sequence starts at the timeout,
+    /// the grace and each wait last [`GRACE`] (EXEC.md §9).
+    ///
+    /// With one, the waits after SIGKILL last [`AFTER_KILL_WAIT`], and the
+    /// SIGKILL comes at the latest when only they are left before it. A
+    /// timeout that is the platform's wait also starts the sequence early
+    /// enough to be over in time: the full grace while that leaves the
+    /// command at least as long to run as the sequence takes, all parts
+    /// shortened in proportion beyond, so a short deadline still lets the
+    /// command run for half of it and the group still gets a grace period.
+    /// A shorter timeout keeps its instant; only its grace may be cut.
+    fn new(now: Instant, timeout: Duration, result_by: Option<ResultBy>) -> Schedule {
         let at_timeout = now.checked_add(timeout);
-        let Some(end_by) = end_by else {
+        let Some(result_by) = result_by else {
             return Schedule {
                 stop_at: at_timeout,
                 grace: GRACE,
                 wait: GRACE,
-                end_by: None,
+                result_by: None,
             };
         };
-        let budget = end_by.saturating_duration_since(now);
+        let end = result_by.instant;
+        let budget = end.saturating_duration_since(now);
         let full = GRACE + AFTER_KILL_WAIT * 2;
         let sequence = full.min(budget / 2);
         let (grace, wait) = if sequence == full {
@@ -93,19 +111,40 @@ impl Schedule {
             let share = sequence.as_secs_f64() / full.as_secs_f64();
             (GRACE.mul_f64(share), AFTER_KILL_WAIT.mul_f64(share))
         };
+        if !result_by.timeout_is_the_wait {
+            return Schedule {
+                stop_at: at_timeout,
+                grace: GRACE,
+                wait,
+                result_by: Some(end),
+            };
+        }
         let latest = now + (budget - sequence);
         Schedule {
             stop_at: Some(at_timeout.map_or(latest, |t| t.min(latest))),
             grace,
             wait,
-            end_by: Some(end_by),
+            result_by: Some(end),
         }
     }
 
-    /// The end of a phase of `length` that starts `now`, never past the end.
-    fn until(&self, now: Instant, length: Duration) -> Instant {
-        let until = now + length;
-        self.end_by.map_or(until, |end| until.min(end))
+    /// When the SIGKILL of a SIGTERM sent `now` is due.
+    fn kill_at(&self, now: Instant) -> Instant {
+        let at = now + self.grace;
+        match self.result_by {
+            Some(end) => at.min(end.checked_sub(self.wait * 2).unwrap_or(end)),
+            None => at,
+        }
+    }
+
+    /// The end of the drain after a command that exited on its own `now`:
+    /// up to [`GRACE`] for the pipes, but not past the result's instant
+    /// unless that leaves less than a wait.
+    fn drain_until(&self, now: Instant) -> Instant {
+        let left = self
+            .result_by
+            .map_or(GRACE, |end| end.saturating_duration_since(now));
+        now + GRACE.min(left).max(self.wait.min(GRACE))
     }
 }
 
@@ -195,13 +234,13 @@ enum Stop {
 /// and output collected under the budget for `max_file_size_bytes`. A
 /// tripped `cancel` runs the same termination sequence as the timeout and
 /// marks the result cancelled. With `end_by`, the termination sequence
-/// starts early enough to be over by that instant (see [`Schedule::new`]),
+/// is shaped so that the result is ready by then (see [`Schedule::new`]),
 /// and a command stopped for it is reported as timed out.
 pub fn supervise(
     child: Spawned,
     output: [OwnedFd; 2],
     timeout: Duration,
-    end_by: Option<Instant>,
+    result_by: Option<ResultBy>,
     max_file_size_bytes: u64,
     cancel: &Cancel,
 ) -> Finished {
@@ -220,7 +259,7 @@ pub fn supervise(
     // The pidfd fired; the status is on its way from the spawner.
     let mut leader_exited = child.pidfd.is_none();
     let mut stop: Option<Stop> = None;
-    let schedule = Schedule::new(Instant::now(), timeout, end_by);
+    let schedule = Schedule::new(Instant::now(), timeout, result_by);
     let mut phase = Phase::Running(schedule.stop_at);
     loop {
         if status.is_none() && !status_lost {
@@ -239,32 +278,32 @@ pub fn supervise(
                     if !pipes_open {
                         break;
                     }
-                    Phase::Draining(schedule.until(now, schedule.wait))
+                    Phase::Draining(schedule.drain_until(now))
                 } else if stop.is_none() && cancel.is_cancelled() {
                     stop = Some(Stop::Cancelled);
                     signal_group(pid, Signal::TERM);
-                    Phase::Terminating(schedule.until(now, schedule.grace))
+                    Phase::Terminating(schedule.kill_at(now))
                 } else if deadline.is_some_and(|d| now >= d) {
                     stop = Some(Stop::Timeout);
                     signal_group(pid, Signal::TERM);
-                    Phase::Terminating(schedule.until(now, schedule.grace))
+                    Phase::Terminating(schedule.kill_at(now))
                 } else {
                     phase
                 }
             }
             Phase::Terminating(kill_at) => {
                 if group_gone(pid) {
-                    Phase::Reaping(schedule.until(now, schedule.wait))
+                    Phase::Reaping(now + schedule.wait)
                 } else if now >= kill_at {
                     signal_group(pid, Signal::KILL);
-                    Phase::Reaping(schedule.until(now, schedule.wait))
+                    Phase::Reaping(now + schedule.wait)
                 } else {
                     phase
                 }
             }
             Phase::Reaping(until) => {
                 if collected || now >= until {
-                    Phase::Draining(schedule.until(now, schedule.wait))
+                    Phase::Draining(now + schedule.wait)
                 } else {
                     phase
                 }
@@ -460,24 +499,52 @@ mod tests {
         let schedule = Schedule::new(now, secs(5.0), None);
         assert_eq!(schedule.stop_at, Some(now + secs(5.0)));
         assert_eq!((schedule.grace, schedule.wait), (GRACE, GRACE));
-        assert_eq!(schedule.until(now, GRACE), now + GRACE);
+        assert_eq!(schedule.kill_at(now), now + GRACE);
+        assert_eq!(schedule.drain_until(now), now + GRACE);
+    }
+
+    fn bounded(instant: Instant) -> Option<ResultBy> {
+        Some(ResultBy {
+            instant,
+            timeout_is_the_wait: true,
+        })
+    }
+
+    fn shorter(instant: Instant) -> Option<ResultBy> {
+        Some(ResultBy {
+            instant,
+            timeout_is_the_wait: false,
+        })
     }
 
     #[test]
-    fn a_distant_end_keeps_the_full_sequence_and_starts_it_in_time() {
+    fn a_distant_end_keeps_the_full_grace_and_starts_it_in_time() {
         let now = Instant::now();
-        let schedule = Schedule::new(now, secs(30.0), Some(now + secs(28.5)));
+        let schedule = Schedule::new(now, secs(30.0), bounded(now + secs(28.5)));
         assert_eq!((schedule.grace, schedule.wait), (GRACE, AFTER_KILL_WAIT));
         assert_eq!(schedule.stop_at, Some(now + secs(26.0)));
-        // A command that exits on its own just before the end still has
-        // its drain cut at the end.
-        assert_eq!(schedule.until(now + secs(28.0), GRACE), now + secs(28.5));
+        assert_eq!(schedule.kill_at(now + secs(26.0)), now + secs(28.0));
+    }
+
+    #[test]
+    fn a_normal_exit_drains_for_the_full_grace_unless_the_end_is_nearer() {
+        let now = Instant::now();
+        let schedule = Schedule::new(now, secs(30.0), bounded(now + secs(28.5)));
+        // Background output a little after the exit is still collected.
+        assert_eq!(schedule.drain_until(now + secs(1.0)), now + secs(3.0));
+        // Just before the end, the drain stops at the end…
+        assert_eq!(schedule.drain_until(now + secs(27.5)), now + secs(28.5));
+        // …but never shorter than a wait.
+        assert_eq!(
+            schedule.drain_until(now + secs(28.4)),
+            now + secs(28.4) + AFTER_KILL_WAIT
+        );
     }
 
     #[test]
     fn a_near_end_shortens_the_sequence_to_half_of_what_is_left() {
         let now = Instant::now();
-        let schedule = Schedule::new(now, secs(3.0), Some(now + secs(1.5)));
+        let schedule = Schedule::new(now, secs(3.0), bounded(now + secs(1.5)));
         assert_eq!(schedule.stop_at, Some(now + secs(0.75)));
         let sequence = schedule.grace + schedule.wait * 2;
         assert!(sequence.abs_diff(secs(0.75)) < secs(0.001), "{sequence:?}");
@@ -485,11 +552,26 @@ mod tests {
     }
 
     #[test]
+    fn a_shorter_timeout_keeps_its_instant_and_its_kill_comes_in_time() {
+        let now = Instant::now();
+        let schedule = Schedule::new(now, secs(29.0), shorter(now + secs(28.5)));
+        assert_eq!(schedule.stop_at, Some(now + secs(29.0)));
+        // Past the end already: SIGKILL at once after the SIGTERM.
+        let term = now + secs(29.0);
+        assert!(schedule.kill_at(term) <= term);
+        let early = Schedule::new(now, secs(10.0), shorter(now + secs(28.5)));
+        assert_eq!(early.stop_at, Some(now + secs(10.0)));
+        assert_eq!(early.kill_at(now + secs(10.0)), now + secs(12.0));
+        let close = Schedule::new(now, secs(27.0), shorter(now + secs(28.5)));
+        assert_eq!(close.kill_at(now + secs(27.0)), now + secs(28.0));
+    }
+
+    #[test]
     fn an_earlier_timeout_is_kept_and_a_passed_end_stops_at_once() {
         let now = Instant::now();
-        let early = Schedule::new(now, secs(1.0), Some(now + secs(28.5)));
+        let early = Schedule::new(now, secs(1.0), bounded(now + secs(28.5)));
         assert_eq!(early.stop_at, Some(now + secs(1.0)));
-        let passed = Schedule::new(now, secs(3.0), Some(now));
+        let passed = Schedule::new(now, secs(3.0), bounded(now));
         assert_eq!(passed.stop_at, Some(now));
         assert_eq!(
             (passed.grace, passed.wait),
