@@ -25,23 +25,31 @@ pub fn one_line(text: &str) -> String {
     out
 }
 
-/// `text` as [`one_line`] shows it, cut on a character boundary to at most
-/// [`EXCERPT_MAX_BYTES`] and then marked with `…`: for the free text of an
-/// untrusted peer (a close reason, the `detail` of a refusal), which is
-/// shown and recorded but must not grow a message or a record at will.
+/// `text` as [`one_line`] shows it, with `\` and `"` escaped as well so
+/// that it can be quoted, cut before the first character whose escape
+/// would not fit in [`EXCERPT_MAX_BYTES`] and then marked with `…`: for the
+/// free text of an untrusted peer (a close reason, the `detail` of a
+/// refusal), which is shown and recorded but must not grow a message or a
+/// record at will, nor end a quotation early.
 pub fn excerpt(text: &str) -> String {
-    // Escaping at most multiplies the size, so a prefix of this many
-    // characters always yields enough to cut from.
-    let head: String = text.chars().take(EXCERPT_MAX_BYTES + 1).collect();
-    let shown = one_line(&head);
-    if shown.len() <= EXCERPT_MAX_BYTES && head.len() == text.len() {
-        return shown;
+    let mut out = String::with_capacity(text.len().min(EXCERPT_MAX_BYTES + 3));
+    for c in text.chars() {
+        let before = out.len();
+        match c {
+            '\\' | '"' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if is_non_printing(c) => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+        if out.len() > EXCERPT_MAX_BYTES {
+            out.truncate(before);
+            out.push('…');
+            break;
+        }
     }
-    let mut end = EXCERPT_MAX_BYTES.min(shown.len());
-    while !shown.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &shown[..end])
+    out
 }
 
 /// Whether `c` must not reach a terminal raw: a C0 or C1 control or DEL
@@ -101,6 +109,18 @@ mod tests {
         assert!(escaped.len() <= super::EXCERPT_MAX_BYTES + '…'.len_utf8());
         let exact = "a".repeat(super::EXCERPT_MAX_BYTES);
         assert_eq!(super::excerpt(&exact), exact);
+    }
+
+    #[test]
+    fn an_excerpt_can_be_quoted_and_is_never_cut_inside_an_escape() {
+        assert_eq!(super::excerpt(r#"x"): run \u{1b}"#), r#"x\"): run \\u{1b}"#);
+        // 511 bytes of text, then a control whose escape needs six more.
+        let text = format!("{}\u{1b}", "a".repeat(super::EXCERPT_MAX_BYTES - 1));
+        let cut = super::excerpt(&text);
+        assert_eq!(
+            cut,
+            format!("{}…", "a".repeat(super::EXCERPT_MAX_BYTES - 1))
+        );
     }
 
     #[test]

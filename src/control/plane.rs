@@ -42,7 +42,7 @@ pub const IDLE_AFTER: Duration = Duration::from_secs(600);
 
 const DANGEROUS_ROOT: &str = "The selected directory cannot be used as a session root";
 /// A folder whose path the platform refuses in the chat's HELLO.
-const ROOT_NOT_SENDABLE: &str = "The selected directory's path cannot be sent to the platform: it is longer than 4096 characters or holds <, > or a control character";
+const ROOT_NOT_SENDABLE: &str = "The selected directory's path cannot be sent to the platform: it is longer than 4096 characters or holds <, > or a control character (invisible formatting ones included)";
 const AUDIT_FAILED: &str = "The audit record of this operation could not be written.";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

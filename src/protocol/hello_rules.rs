@@ -10,6 +10,8 @@
 //! reads configuration, never shortens or repairs a value, and never
 //! echoes one (a message names the field and its rule).
 
+use crate::text::is_non_printing;
+
 /// A `HELLO` field the platform validates and the user's setup decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HelloField {
@@ -46,10 +48,10 @@ impl HelloField {
                 "must be 1 to 128 characters from A-Z a-z 0-9 . _ : - and start with a letter or digit"
             }
             HelloField::DisplayName => {
-                "must be 1 to 128 characters without <, > or control characters"
+                "must be 1 to 128 characters without <, > or control characters (invisible formatting ones included)"
             }
             HelloField::AllowedRoot => {
-                "must be 1 to 4096 characters without <, > or control characters"
+                "must be 1 to 4096 characters without <, > or control characters (invisible formatting ones included)"
             }
         }
     }
@@ -76,11 +78,15 @@ pub fn is_machine_id_char(c: char) -> bool {
 }
 
 /// 1 to `max` characters, none of them `<`, `>` or a control character.
+/// Controls are taken broadly, as everywhere the shim shows untrusted text
+/// ([`is_non_printing`]: format characters such as bidi overrides and
+/// zero-width ones too): a value refused here is named at start, while
+/// one the platform refuses only ends in its close code.
 fn plain_text_within(value: &str, max: usize) -> bool {
     let mut count = 0;
     for c in value.chars() {
         count += 1;
-        if count > max || c == '<' || c == '>' || c.is_control() {
+        if count > max || c == '<' || c == '>' || is_non_printing(c) {
             return false;
         }
     }
@@ -149,6 +155,8 @@ mod tests {
                 "nul\0",
                 "del\u{7f}",
                 "c1\u{85}",
+                "bidi\u{202e}txt.exe",
+                "zero\u{200b}width",
             ] {
                 assert!(!field.accepts(refused), "{field:?} {refused:?}");
             }
