@@ -392,10 +392,10 @@ impl Drop for Emulator {
     fn drop(&mut self) {
         self.acceptor.stop();
         let handing_out = lock(&self.shared.handing_out);
-        let waited = self
-            .shared
-            .handed_out
-            .wait_timeout_while(handing_out, HAND_OUT_WAIT, |count| *count > 0);
+        let waited =
+            self.shared
+                .handed_out
+                .wait_timeout_while(handing_out, HAND_OUT_WAIT, |count| *count > 0);
         drop(waited);
         // Each is judged here, so its own drop right after finds nothing left
         // to report.

@@ -191,7 +191,7 @@ impl fmt::Display for Violation {
             Violation::StatusWithoutId => write!(formatter, "STATUS without a non-empty id"),
             Violation::Late { id, after, limit } => write!(
                 formatter,
-                "{} answered after {:.1} s, past the platform's {} s wait",
+                "{} answered after {:.3} s, past the platform's {} s wait",
                 shorten(id),
                 after.as_secs_f64(),
                 limit.as_secs()
