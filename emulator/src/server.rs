@@ -41,8 +41,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long dropping an [`Emulator`] waits for upgraded connections still
 /// on their way to [`Emulator::accept`], so that they are judged too. Their
-/// automatic handshakes give up once the emulator stops, so this is only
-/// ever reached by a thread that cannot run.
+/// automatic handshakes give up once the emulator stops, so the wait runs
+/// out only when a connection's thread is stalled; a connection queued
+/// after that is dropped unjudged.
 const HAND_OUT_WAIT: Duration = Duration::from_secs(2);
 
 /// What to answer to one upgrade request.
