@@ -30,10 +30,12 @@
 //! platform's limits and closes with its codes (4400 invalid, 4408 late, 4426
 //! another protocol major), and it treats any shim frame the platform's
 //! relay could not correlate — an answer to no outstanding request, an
-//! answer of the wrong type, a shim-sent `PING`, a `STATUS` without an id —
+//! answer of the wrong type, a shim-sent `PING`, a `STATUS` without an id,
+//! an answer later than the `HELLO_ACK`'s `command_timeout_seconds` —
 //! as fatal: it closes with 1008 and the test fails when its [`Conn`] is
-//! dropped, unless the test said it expects that ([`strict`] lists the
-//! rules). It can also expire a token with 4401 ([`Conn::expire_token`]) and
+//! dropped (or, for a connection the test never accepted, when the
+//! [`Emulator`] is), unless the test said it expects that ([`strict`]
+//! lists the rules). It can also expire a token with 4401 ([`Conn::expire_token`]) and
 //! resend the reads a lost connection left unanswered
 //! ([`Conn::resend_unanswered_reads`]).
 //!

@@ -69,8 +69,13 @@ impl Acceptor {
     }
 }
 
-impl Drop for Acceptor {
-    fn drop(&mut self) {
+impl Acceptor {
+    /// Stops accepting and waits for the accept thread to end; connections
+    /// already handed to their handler carry on. Doing it again does nothing.
+    pub(crate) fn stop(&mut self) {
+        if self.thread.is_none() {
+            return;
+        }
         self.stop.store(true, Ordering::SeqCst);
         // The accept loop blocks in accept(); one connection wakes it to see
         // the flag. If the connect fails the listener is already gone.
@@ -78,6 +83,12 @@ impl Drop for Acceptor {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -16,7 +16,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tungstenite::http;
 use tungstenite::protocol::WebSocketConfig;
 
-use crate::conn::{Conn, RequestInfo};
+use crate::conn::{Conn, RequestInfo, fail_test};
 use crate::hello::{ConnKind, HELLO_DEADLINE, HelloAck};
 use crate::listener::{Acceptor, Record};
 use crate::strict::UnansweredReads;
@@ -38,6 +38,13 @@ use crate::wire;
 /// long the automatic handshake waits for HELLO. The shim's own limits are
 /// 10 s for both (`PROTOCOL.md` §1.6).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long dropping an [`Emulator`] waits for upgraded connections still
+/// on their way to [`Emulator::accept`], so that they are judged too. Their
+/// automatic handshakes give up once the emulator stops, so the wait runs
+/// out only when a connection's thread is stalled; a connection queued
+/// after that is dropped unjudged.
+const HAND_OUT_WAIT: Duration = Duration::from_secs(2);
 
 /// What to answer to one upgrade request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,6 +199,26 @@ struct Shared {
     attempts: Record<UpgradeAttempt>,
     server_config: Option<Arc<rustls::ServerConfig>>,
     conns: Sender<Conn>,
+    /// Upgraded connections not yet queued for [`Emulator::accept`].
+    handing_out: Mutex<usize>,
+    handed_out: Condvar,
+}
+
+/// Counts one upgraded connection on its way to the queue, until dropped.
+struct HandingOut<'a>(&'a Shared);
+
+impl<'a> HandingOut<'a> {
+    fn new(shared: &'a Shared) -> HandingOut<'a> {
+        *lock(&shared.handing_out) += 1;
+        HandingOut(shared)
+    }
+}
+
+impl Drop for HandingOut<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.handing_out) -= 1;
+        self.0.handed_out.notify_all();
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,12 +230,20 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running platform emulator. Dropping it stops accepting connections and
 /// removes the temporary CA file; connections already handed out live on
 /// until their [`Conn`] is dropped.
+///
+/// # Panics
+///
+/// Dropping an `Emulator` judges every connection it upgraded that the test
+/// never took with [`Emulator::accept`] (a reconnect the test did not watch,
+/// say) as dropping a [`Conn`] does: it panics, unless the thread is already
+/// panicking, if the shim broke a rule of the platform's relay on one of
+/// them ([`crate::strict`]).
 pub struct Emulator {
     addr: SocketAddr,
     tls: Option<TlsMaterial>,
     shared: Arc<Shared>,
     conns: Receiver<Conn>,
-    _acceptor: Acceptor,
+    acceptor: Acceptor,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -247,6 +282,8 @@ impl Emulator {
             attempts: Record::new(),
             server_config: tls.as_ref().map(|tls| Arc::clone(&tls.server_config)),
             conns: conn_tx,
+            handing_out: Mutex::new(0),
+            handed_out: Condvar::new(),
         });
         let conn_shared = Arc::clone(&shared);
         let acceptor = Acceptor::start(
@@ -261,7 +298,7 @@ impl Emulator {
             tls,
             shared,
             conns,
-            _acceptor: acceptor,
+            acceptor,
         })
     }
 
@@ -352,6 +389,31 @@ impl Emulator {
     }
 }
 
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.acceptor.stop();
+        let handing_out = lock(&self.shared.handing_out);
+        let waited =
+            self.shared
+                .handed_out
+                .wait_timeout_while(handing_out, HAND_OUT_WAIT, |count| *count > 0);
+        drop(waited);
+        // Each is judged here, so its own drop right after finds nothing left
+        // to report.
+        let reports: Vec<String> = self
+            .conns
+            .try_iter()
+            .filter_map(|conn| conn.judge())
+            .collect();
+        if !reports.is_empty() {
+            fail_test(&format!(
+                "on connections the test never accepted: {}",
+                reports.join("\n")
+            ));
+        }
+    }
+}
+
 /// What the upgrade callback saw and decided.
 #[derive(Default)]
 struct Seen {
@@ -388,9 +450,10 @@ fn serve(tcp: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let Ok(conn) = result else {
         return;
     };
+    let _handing_out = HandingOut::new(shared);
     let auto = lock(&shared.auto_handshake).clone();
     if let Some(ack) = auto {
-        conn.auto_handshake(&ack, HANDSHAKE_TIMEOUT);
+        conn.auto_handshake(&ack, HANDSHAKE_TIMEOUT, &shared.stop);
     }
     // The receiver lives as long as the Emulator; once it is gone the
     // connection is dropped here, which closes it.

@@ -21,13 +21,25 @@
 //!    emulator sent whose type is not a request may only get an `ERROR`.
 //! 4. The shim never sends `PING` (its keepalive is WebSocket pings).
 //! 5. A `STATUS` carries a non-empty string `id`.
+//! 6. An answer to a request (a frame of a type that has a response type,
+//!    not the `HELLO_ACK` nor a `STATUS`) arrives at most the connection's
+//!    wait after its request was sent: the `command_timeout_seconds` of the
+//!    last `HELLO_ACK` the emulator sent on it, whatever `timeout_seconds`
+//!    the request carried. The platform stops waiting then and drops the
+//!    request, so a later answer has nothing to correlate with. Arrival is
+//!    when the emulator reads the frame, as the platform sees it: a test
+//!    that reads slowly delays it. Before such an ack (or with one whose
+//!    value is not a positive integer) there is no wait.
 //!
-//! A frame breaking rule 2–5 is a [`Violation`]: the emulator records it on
+//! A frame breaking rule 2–6 is a [`Violation`]: the emulator records it on
 //! the [`crate::Conn`] and closes the connection with 1008 (policy
 //! violation) and a reason naming the rule, and the test fails when the
 //! `Conn` is dropped unless the test took the violation
 //! ([`crate::Conn::wait_violation`], [`crate::Conn::take_violations`]) or
-//! declared that it expects some ([`crate::Conn::allow_violations`]).
+//! declared that it expects some ([`crate::Conn::allow_violations`], or
+//! only late answers: [`crate::Conn::allow_late_answers`]). A connection
+//! the test never took with [`crate::Emulator::accept`] is judged the same
+//! way when the [`crate::Emulator`] is dropped.
 //! Frames that are not JSON objects with a string `type` are not judged.
 //!
 //! This module never touches a socket: the connection's I/O thread shows it
@@ -36,7 +48,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -87,6 +99,11 @@ const RESPONSE_TYPES: &[(&str, &str)] = &[
 /// (`PROTOCOL.md` §10).
 const RESENT_READS: &[&str] = &["FILE_READ", "FILE_STAT", "FILE_LIST", "SCREENSHOT_REQUEST"];
 
+/// The frame whose payload sets how long the platform waits for answers,
+/// and the field that says it (`PROTOCOL.md` §4.3).
+const ACK_TYPE: &str = "HELLO_ACK";
+const ANSWER_WAIT_FIELD: &str = "command_timeout_seconds";
+
 /// The response type that answers `request_type`, if it is a request.
 pub fn response_type(request_type: &str) -> Option<&'static str> {
     RESPONSE_TYPES
@@ -123,6 +140,17 @@ pub enum Violation {
     },
     /// A `STATUS` without a non-empty string `id`.
     StatusWithoutId,
+    /// An answer that came later after its request than the connection's
+    /// `HELLO_ACK` lets the platform wait (`command_timeout_seconds`): the
+    /// platform has given up on the request and cannot correlate it.
+    Late {
+        /// The request's (and answer's) `id`.
+        id: String,
+        /// How long after the request was sent the answer was read.
+        after: Duration,
+        /// The platform's wait: the ack's `command_timeout_seconds`.
+        limit: Duration,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -161,6 +189,13 @@ impl fmt::Display for Violation {
                 "PING from the shim; its keepalive is WebSocket pings"
             ),
             Violation::StatusWithoutId => write!(formatter, "STATUS without a non-empty id"),
+            Violation::Late { id, after, limit } => write!(
+                formatter,
+                "{} answered after {:.3} s, past the platform's {} s wait",
+                shorten(id),
+                after.as_secs_f64(),
+                limit.as_secs()
+            ),
         }
     }
 }
@@ -196,13 +231,19 @@ pub(crate) struct Sent {
     message_type: String,
     id: String,
     resend: Option<String>,
+    /// For a `HELLO_ACK`, its `command_timeout_seconds` if that is a
+    /// positive integer: how long the platform waits for any answer.
+    answer_wait: Option<Duration>,
 }
 
 impl Sent {
     /// The request a JSON frame makes, if it has a string `type` and `id`;
     /// `text` is the frame as it goes on the wire.
     pub(crate) fn of_frame(frame: &Value, text: &str) -> Option<Sent> {
-        Sent::new(wire::frame_type(frame)?, wire::frame_id(frame)?, text)
+        let wait = wire::frame_payload(frame)
+            .and_then(|payload| payload.get(ANSWER_WAIT_FIELD))
+            .and_then(Value::as_u64);
+        Sent::new(wire::frame_type(frame)?, wire::frame_id(frame)?, text, wait)
     }
 
     /// The request a raw message makes, if its bytes are a JSON object with
@@ -214,16 +255,30 @@ impl Sent {
         let field = |key: &str| -> Option<String> {
             serde_json::from_str::<String>(envelope.get(key)?.get()).ok()
         };
-        Sent::new(&field("type")?, &field("id")?, text)
+        let message_type = field("type")?;
+        // Only an ack's payload is read, and only for its one number.
+        let wait = (message_type == ACK_TYPE)
+            .then(|| envelope.get("payload"))
+            .flatten()
+            .and_then(|payload| {
+                serde_json::from_str::<HashMap<String, Box<RawValue>>>(payload.get()).ok()
+            })
+            .and_then(|payload| {
+                serde_json::from_str::<u64>(payload.get(ANSWER_WAIT_FIELD)?.get()).ok()
+            });
+        Sent::new(&message_type, &field("id")?, text, wait)
     }
 
-    fn new(message_type: &str, id: &str, text: &str) -> Option<Sent> {
+    fn new(message_type: &str, id: &str, text: &str, wait_seconds: Option<u64>) -> Option<Sent> {
         Some(Sent {
             message_type: message_type.to_owned(),
             id: id.to_owned(),
             resend: RESENT_READS
                 .contains(&message_type)
                 .then(|| text.to_owned()),
+            answer_wait: wait_seconds
+                .filter(|seconds| message_type == ACK_TYPE && *seconds > 0)
+                .map(Duration::from_secs),
         })
     }
 }
@@ -233,6 +288,7 @@ struct Pending {
     seq: u64,
     message_type: String,
     resend: Option<String>,
+    sent_at: Instant,
 }
 
 /// A read to resend on the next connection to the same path.
@@ -298,6 +354,8 @@ pub(crate) struct Judge {
     stage: Stage,
     pending: HashMap<String, Vec<Pending>>,
     seq: u64,
+    /// How long the platform waits for an answer, once an ack said so.
+    answer_wait: Option<Duration>,
 }
 
 impl Judge {
@@ -309,16 +367,21 @@ impl Judge {
             },
             pending: HashMap::new(),
             seq: 0,
+            answer_wait: None,
         }
     }
 
-    /// Notes a frame the emulator wrote to the shim.
-    pub(crate) fn sent(&mut self, sent: Sent) {
+    /// Notes a frame the emulator wrote to the shim at `at`.
+    pub(crate) fn sent(&mut self, sent: Sent, at: Instant) {
         self.seq += 1;
+        if sent.answer_wait.is_some() {
+            self.answer_wait = sent.answer_wait;
+        }
         self.pending.entry(sent.id).or_default().push(Pending {
             seq: self.seq,
             message_type: sent.message_type,
             resend: sent.resend,
+            sent_at: at,
         });
     }
 
@@ -335,9 +398,9 @@ impl Judge {
         }
     }
 
-    /// Judges a text or binary message from the shim: `json` is its parse,
-    /// if it is JSON.
-    pub(crate) fn received(&mut self, json: Option<&Value>, text: &str) -> Judgement {
+    /// Judges a text or binary message from the shim, read at `at`: `json`
+    /// is its parse, if it is JSON.
+    pub(crate) fn received(&mut self, json: Option<&Value>, text: &str, at: Instant) -> Judgement {
         match self.stage {
             Stage::Ended => Judgement::Fine,
             Stage::AwaitingHello { .. } => match check_hello(text, json, &self.kind) {
@@ -353,7 +416,7 @@ impl Judge {
                     }
                 }
             },
-            Stage::Serving => match json.and_then(|frame| self.violation(frame)) {
+            Stage::Serving => match json.and_then(|frame| self.violation(frame, at)) {
                 Some(violation) => {
                     self.stage = Stage::Ended;
                     Judgement::Broken(violation)
@@ -363,7 +426,7 @@ impl Judge {
         }
     }
 
-    fn violation(&mut self, frame: &Value) -> Option<Violation> {
+    fn violation(&mut self, frame: &Value, at: Instant) -> Option<Violation> {
         let message_type = wire::frame_type(frame)?;
         let id = wire::frame_id(frame);
         match message_type {
@@ -382,14 +445,14 @@ impl Judge {
                         id: None,
                     });
                 };
-                self.answer(id, message_type)
+                self.answer(id, message_type, at)
             }
         }
     }
 
-    /// Matches an answer to the oldest outstanding request with its id that
-    /// it may answer; a terminal answer settles that request.
-    fn answer(&mut self, id: &str, message_type: &str) -> Option<Violation> {
+    /// Matches an answer read at `at` to the oldest outstanding request with
+    /// its id that it may answer; a terminal answer settles that request.
+    fn answer(&mut self, id: &str, message_type: &str, at: Instant) -> Option<Violation> {
         let Some(requests) = self.pending.get_mut(id) else {
             return Some(Violation::Uncorrelated {
                 message_type: message_type.to_owned(),
@@ -411,6 +474,18 @@ impl Judge {
                 message_type: message_type.to_owned(),
             });
         };
+        let request = &requests[position];
+        // Only a request has the platform waiting for its answer.
+        if let (Some(limit), Some(_)) = (self.answer_wait, response_type(&request.message_type)) {
+            let after = at.saturating_duration_since(request.sent_at);
+            if after > limit {
+                return Some(Violation::Late {
+                    id: id.to_owned(),
+                    after,
+                    limit,
+                });
+            }
+        }
         if message_type != "LOCAL_LLM_COMPLETION_CHUNK" {
             requests.remove(position);
             if requests.is_empty() {
@@ -457,12 +532,89 @@ mod tests {
     }
 
     fn send(judge: &mut Judge, message_type: &str, id: &str) {
-        let frame = wire::envelope(message_type, id, json!({}));
-        judge.sent(Sent::of_frame(&frame, &frame.to_string()).unwrap());
+        send_at(judge, message_type, id, json!({}), Instant::now());
+    }
+
+    fn send_at(judge: &mut Judge, message_type: &str, id: &str, payload: Value, at: Instant) {
+        let frame = wire::envelope(message_type, id, payload);
+        judge.sent(Sent::of_frame(&frame, &frame.to_string()).unwrap(), at);
     }
 
     fn receive(judge: &mut Judge, frame: Value) -> Judgement {
-        judge.received(Some(&frame), &frame.to_string())
+        receive_at(judge, frame, Instant::now())
+    }
+
+    fn receive_at(judge: &mut Judge, frame: Value, at: Instant) -> Judgement {
+        judge.received(Some(&frame), &frame.to_string(), at)
+    }
+
+    #[test]
+    fn an_answer_past_the_acks_wait_is_late_and_one_within_it_or_to_no_request_is_not() {
+        let mut judge = serving();
+        let start = Instant::now();
+        let second = Duration::from_secs(1);
+        send_at(
+            &mut judge,
+            "HELLO_ACK",
+            "h",
+            json!({"command_timeout_seconds": 3}),
+            start,
+        );
+        send_at(&mut judge, "FILE_READ", "in-time", json!({}), start);
+        send_at(
+            &mut judge,
+            "EXECUTE_COMMAND",
+            "late",
+            json!({}),
+            start + second,
+        );
+        let in_time = json!({"type": "FILE_CONTENTS", "id": "in-time"});
+        assert_eq!(
+            receive_at(&mut judge, in_time, start + 3 * second),
+            Judgement::Fine
+        );
+        // The ack is no request: the platform waits for no answer to it.
+        let error = json!({"type": "ERROR", "id": "h"});
+        assert_eq!(
+            receive_at(&mut judge, error, start + 9 * second),
+            Judgement::Fine
+        );
+        let late = json!({"type": "COMMAND_RESULT", "id": "late"});
+        assert_eq!(
+            receive_at(
+                &mut judge,
+                late,
+                start + 4 * second + Duration::from_millis(1)
+            ),
+            Judgement::Broken(Violation::Late {
+                id: "late".to_owned(),
+                after: 3 * second + Duration::from_millis(1),
+                limit: 3 * second,
+            })
+        );
+    }
+
+    #[test]
+    fn without_an_ack_that_sets_a_wait_no_answer_is_late() {
+        let start = Instant::now();
+        for wait in [json!(0), json!(-1), json!("30"), Value::Null] {
+            let mut judge = serving();
+            send_at(
+                &mut judge,
+                "HELLO_ACK",
+                "h",
+                json!({"command_timeout_seconds": wait}),
+                start,
+            );
+            send_at(&mut judge, "FILE_STAT", "s", json!({}), start);
+            let answer = json!({"type": "FILE_STAT_RESPONSE", "id": "s"});
+            let at = start + Duration::from_secs(3600);
+            assert_eq!(
+                receive_at(&mut judge, answer, at),
+                Judgement::Fine,
+                "{wait}"
+            );
+        }
     }
 
     #[test]
@@ -517,6 +669,12 @@ mod tests {
         assert_eq!(sent.message_type, "FILE_STAT");
         assert_eq!(sent.id, "z");
         assert!(sent.resend.is_some());
+        assert_eq!(sent.answer_wait, None);
+        let ack = Sent::of_raw(
+            br#"{"type":"HELLO_ACK","id":"h","payload":{"command_timeout_seconds":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(ack.answer_wait, Some(Duration::from_secs(7)));
         assert_eq!(Sent::of_raw(br#"{"type":"PING","id":5}"#), None);
         assert_eq!(Sent::of_raw(b"not json"), None);
     }

@@ -8,7 +8,8 @@
 mod support;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use autogpt_shim_emulator::{
     Conn, Emulator, EmulatorOptions, Ending, HelloAck, HelloError, RawMessage, Violation,
@@ -18,7 +19,12 @@ use support::{Client, WAIT, connect_to, frame, handshake, hello, read_json, send
 use tungstenite::Message;
 
 fn connected() -> (Emulator, Client, Conn) {
-    let emulator = Emulator::start(EmulatorOptions::new().auto_handshake(HelloAck::new())).unwrap();
+    connected_with(HelloAck::new())
+}
+
+/// A data connection whose automatic handshake answered with `ack`.
+fn connected_with(ack: HelloAck) -> (Emulator, Client, Conn) {
+    let emulator = Emulator::start(EmulatorOptions::new().auto_handshake(ack)).unwrap();
     let mut ws = connect_to(&emulator, &emulator.data_url("s1"));
     handshake(&mut ws, &hello(&["shell", "files"], Some("/srv/root")));
     let conn = emulator.accept(WAIT).unwrap();
@@ -305,6 +311,136 @@ fn allowed_violations_do_not_fail_the_drop() {
     conn.wait_closed(WAIT).unwrap();
     assert_eq!(conn.violations().len(), 1);
     drop(conn);
+}
+
+/// The panic message of `action`, which must panic.
+fn panic_text(action: impl FnOnce()) -> String {
+    let payload = catch_unwind(AssertUnwindSafe(action)).unwrap_err();
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_answer_later_than_the_acks_command_timeout_is_a_violation() {
+    let (_emulator, mut ws, conn) = connected_with(HelloAck::new().command_timeout_seconds(1));
+    let id = conn
+        .request("FILE_STAT", json!({"path": "/srv/root"}))
+        .unwrap();
+    read_json(&mut ws);
+    thread::sleep(Duration::from_millis(1300));
+    send(&mut ws, &response("FILE_STAT_RESPONSE", &id));
+    let (code, reason) = close_of(&mut ws);
+    assert_eq!(code, 1008);
+    assert!(reason.contains("past the platform's 1 s wait"), "{reason}");
+    match conn.wait_violation(WAIT) {
+        Some(Violation::Late {
+            id: late,
+            after,
+            limit,
+        }) => {
+            assert_eq!(late, id);
+            assert_eq!(limit, Duration::from_secs(1));
+            assert!(after >= Duration::from_millis(1300), "{after:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_answer_within_the_acks_command_timeout_and_a_late_status_are_fine() {
+    let (_emulator, mut ws, conn) = connected_with(HelloAck::new().command_timeout_seconds(1));
+    let id = conn
+        .request("FILE_STAT", json!({"path": "/srv/root"}))
+        .unwrap();
+    read_json(&mut ws);
+    thread::sleep(Duration::from_millis(400));
+    send(&mut ws, &response("FILE_STAT_RESPONSE", &id));
+    assert!(conn.wait_response(&id, WAIT).is_some());
+    // A STATUS answers nothing, so it is never late, however long after
+    // the ack it comes.
+    thread::sleep(Duration::from_millis(1000));
+    send(
+        &mut ws,
+        &frame("STATUS", &support::uuid(), json!(4), json!({})),
+    );
+    assert_eq!(conn.recv(WAIT).unwrap()["type"], "STATUS");
+    assert_eq!(conn.violations(), []);
+    assert_eq!(conn.ending(), None);
+}
+
+#[test]
+fn allowing_late_answers_excuses_only_late_answers() {
+    let (_emulator, mut ws, conn) = connected_with(HelloAck::new().command_timeout_seconds(1));
+    conn.allow_late_answers();
+    let id = conn
+        .request("FILE_STAT", json!({"path": "/srv/root"}))
+        .unwrap();
+    read_json(&mut ws);
+    thread::sleep(Duration::from_millis(1100));
+    send(&mut ws, &response("FILE_STAT_RESPONSE", &id));
+    close_of(&mut ws);
+    assert!(matches!(
+        conn.wait_closed(WAIT),
+        Some(Ending::ClosedByEmulator { code: 1008, .. })
+    ));
+    assert_eq!(conn.violations().len(), 1);
+    drop(conn);
+
+    let (_emulator, mut ws, conn) = connected();
+    conn.allow_late_answers();
+    send(&mut ws, &response("PONG", "no-such-ping"));
+    close_of(&mut ws);
+    conn.wait_closed(WAIT).unwrap();
+    let text = panic_text(move || drop(conn));
+    assert!(text.contains("PONG no-such-ping"), "{text}");
+}
+
+#[test]
+fn a_violation_on_a_connection_never_accepted_fails_when_the_emulator_is_dropped() {
+    let emulator = Emulator::start(EmulatorOptions::new().auto_handshake(HelloAck::new())).unwrap();
+    let mut watched_ws = connect_to(&emulator, &emulator.data_url("s1"));
+    handshake(&mut watched_ws, &hello(&["files"], Some("/srv/root")));
+    let watched = emulator.accept(WAIT).unwrap();
+    send(&mut watched_ws, &response("PONG", "watched-ping"));
+    close_of(&mut watched_ws);
+    // A reconnect the test does not watch.
+    let mut unwatched_ws = connect_to(&emulator, &emulator.data_url("s1"));
+    handshake(&mut unwatched_ws, &hello(&["files"], Some("/srv/root")));
+    send(&mut unwatched_ws, &response("PONG", "unwatched-ping"));
+    close_of(&mut unwatched_ws);
+
+    let text = panic_text(move || drop(emulator));
+    assert!(
+        text.contains("never accepted")
+            && text.contains("connection 2 ")
+            && text.contains("PONG unwatched-ping answers no outstanding request"),
+        "{text}"
+    );
+    // The connection the test accepted is judged by its own drop, once.
+    assert!(!text.contains("PONG watched-ping"), "{text}");
+    let text = panic_text(move || drop(watched));
+    assert!(text.contains("PONG watched-ping"), "{text}");
+}
+
+#[test]
+fn dropping_the_emulator_does_not_wait_for_a_hello_that_never_comes() {
+    let emulator = Emulator::start(EmulatorOptions::new().auto_handshake(HelloAck::new())).unwrap();
+    let _silent_ws = connect_to(&emulator, &emulator.data_url("s1"));
+    emulator.wait_attempts(1, WAIT);
+    let started = Instant::now();
+    drop(emulator);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
