@@ -442,3 +442,43 @@ fn a_close_from_the_shim_completes_the_closing_handshake() {
     ));
     server.join();
 }
+
+#[test]
+fn a_keepalive_ping_behind_a_large_send_holds_up_neither_the_reader_nor_the_pong_wait() {
+    let (mut reader, writer, server) = open(|socket| {
+        // Says something, then takes nothing for two seconds: the shim's
+        // 16 MiB write backs up, and the ping queued behind it with it.
+        socket.send(Message::text("first")).unwrap();
+        thread::sleep(Duration::from_secs(2));
+        drain(socket);
+    });
+    let sending = {
+        let writer = writer.clone();
+        thread::spawn(move || writer.send_text("e".repeat(MAX_MESSAGE_BYTES)))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    writer.ping(b"behind").unwrap();
+    let took = started.elapsed();
+    assert!(took < WRITER_BOUND, "queueing the ping took {took:?}");
+    assert_eq!(next_message(&mut reader), b"first");
+    // Once the platform takes the large message again, the connection is
+    // seen alive before the pong comes.
+    let deadline = Instant::now() + PATIENCE;
+    let mut progressed = false;
+    let pong = loop {
+        progressed |= reader.progressed();
+        match reader.read() {
+            Ok(Incoming::Idle) => assert!(Instant::now() < deadline, "no pong"),
+            Ok(Incoming::Pong(payload)) => break payload,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(pong, b"behind");
+    assert!(
+        progressed,
+        "the large message moving showed no sign of life"
+    );
+    sending.join().unwrap().unwrap();
+    finish(reader, writer, server);
+}
