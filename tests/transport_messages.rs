@@ -310,25 +310,31 @@ fn a_pong_is_not_delayed_by_a_reader_waiting_for_data() {
     assert_eq!(arrived.iter().count(), 20);
 }
 
-#[test]
-fn a_writer_is_not_held_up_while_a_large_message_trickles_in() {
-    const CHUNK: usize = 64 * 1024;
-    const CHUNKS: usize = 64;
-    let (mut reader, writer, server) = open(|socket| {
-        // One 4 MiB text frame, written in slices with pauses: the whole
-        // message takes more than a second to arrive.
-        let len = (CHUNK * CHUNKS) as u64;
+/// The size of one slice of a message sent by [`trickle_in`].
+const TRICKLE_SLICE: usize = 64 * 1024;
+
+/// Sends one text frame of `slices` slices of [`TRICKLE_SLICE`] bytes, with
+/// a pause after each: 64 slices (4 MiB) take more than a second to arrive.
+fn trickle_in(slices: usize) -> impl FnOnce(&mut ServerSocket) + Send {
+    move |socket| {
+        let len = (TRICKLE_SLICE * slices) as u64;
         let mut header = vec![0x81, 127];
         header.extend_from_slice(&len.to_be_bytes());
         let stream = socket.get_mut();
         std::io::Write::write_all(stream, &header).unwrap();
-        for _ in 0..CHUNKS {
-            std::io::Write::write_all(stream, &[b'z'; CHUNK]).unwrap();
+        for _ in 0..slices {
+            std::io::Write::write_all(stream, &[b'z'; TRICKLE_SLICE]).unwrap();
             std::io::Write::flush(stream).unwrap();
             thread::sleep(Duration::from_millis(20));
         }
         drain(socket);
-    });
+    }
+}
+
+#[test]
+fn a_writer_is_not_held_up_while_a_large_message_trickles_in() {
+    const CHUNKS: usize = 64;
+    let (mut reader, writer, server) = open(trickle_in(CHUNKS));
     let sending = thread::spawn(move || {
         thread::sleep(Duration::from_millis(150));
         let started = Instant::now();
@@ -336,9 +342,34 @@ fn a_writer_is_not_held_up_while_a_large_message_trickles_in() {
         (started.elapsed(), writer)
     });
     let message = next_message(&mut reader);
-    assert_eq!(message.len(), CHUNK * CHUNKS);
+    assert_eq!(message.len(), TRICKLE_SLICE * CHUNKS);
     let (took, writer) = sending.join().unwrap();
     assert!(took < WRITER_BOUND, "the PONG waited {took:?}");
+    finish(reader, writer, server);
+}
+
+#[test]
+fn a_large_message_trickling_in_shows_the_connection_alive_before_it_is_whole() {
+    const CHUNKS: usize = 32;
+    let (mut reader, writer, server) = open(trickle_in(CHUNKS));
+    let _ = reader.progressed();
+    let deadline = Instant::now() + PATIENCE;
+    let mut alive_before_whole = 0;
+    let message = loop {
+        match reader.read() {
+            Ok(Incoming::Idle) => {
+                alive_before_whole += usize::from(reader.progressed());
+                assert!(Instant::now() < deadline, "nothing arrived");
+            }
+            Ok(Incoming::Message(bytes)) => break bytes,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(message.len(), TRICKLE_SLICE * CHUNKS);
+    assert!(
+        alive_before_whole > 5,
+        "seen alive {alive_before_whole} times while the message came in"
+    );
     finish(reader, writer, server);
 }
 
