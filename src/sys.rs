@@ -4,7 +4,8 @@
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
 //! default action of killing the process; the pre-exec hook that puts a
 //! command in its own session and working directory (EXEC.md §6); the
-//! inode-generation query that folder identities use (CONTROL.md §6);
+//! inode-generation query that folder identities use (CONTROL.md §6); the
+//! count of a socket's bytes its peer has not acknowledged (the keepalive);
 //! taking a secret variable out of the process environment, including the
 //! initial environment block the kernel shows in `/proc/<pid>/environ`; and
 //! the C allocator's threshold for giving large allocations back.
@@ -352,6 +353,28 @@ pub fn inode_generation(fd: BorrowedFd<'_>) -> Option<u64> {
 /// Other systems expose no generation number through this interface.
 #[cfg(not(target_os = "linux"))]
 pub fn inode_generation(_fd: BorrowedFd<'_>) -> Option<u64> {
+    None
+}
+
+/// How many bytes written to the TCP socket `fd` its peer has not
+/// acknowledged yet (`SIOCOUTQ`), or `None` where that cannot be asked.
+/// Used to see that a peer still takes a large frame (PROTOCOL.md §1.5).
+#[cfg(target_os = "linux")]
+pub fn unacknowledged_bytes(fd: BorrowedFd<'_>) -> Option<u64> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: `fd` is an open descriptor borrowed for the call; SIOCOUTQ
+    // (the same request number as TIOCOUTQ) writes exactly one `int` into
+    // `queued`, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ as _, &mut queued) };
+    if rc != 0 {
+        return None;
+    }
+    u64::try_from(queued).ok()
+}
+
+/// Other systems are not asked.
+#[cfg(not(target_os = "linux"))]
+pub fn unacknowledged_bytes(_fd: BorrowedFd<'_>) -> Option<u64> {
     None
 }
 

@@ -117,3 +117,61 @@ fn a_command_under_the_platform_deadline_that_exits_keeps_its_background_output(
     assert_eq!(result["payload"]["timed_out"], false, "{result}");
     assert_eq!(result["payload"]["stdout"], "a\nb\n", "{result}");
 }
+
+#[test]
+fn a_command_result_overtakes_file_contents_still_waiting_for_a_slow_platform() {
+    let home = Home::new();
+    let (_shim, conn) = deadline_session(&home);
+    // Three reads of about 4 MiB each as base64, which a platform taking
+    // 1.25 MiB/s needs seconds to take, queue behind one another.
+    for n in 0..3 {
+        std::fs::write(
+            home.root.join(format!("big{n}.bin")),
+            vec![b'a' + n; 3 * 1024 * 1024],
+        )
+        .unwrap();
+    }
+    conn.read_slowly(128 * 1024, Duration::from_millis(100));
+    let command = conn
+        .request("EXECUTE_COMMAND", json!({"command": STUBBORN}))
+        .unwrap();
+    let reads: Vec<String> = (0..3)
+        .map(|n| {
+            conn.request(
+                "FILE_READ",
+                json!({"path": format!("big{n}.bin"), "encoding": "base64"}),
+            )
+            .unwrap()
+        })
+        .collect();
+    let result = response_within(&conn, &command, Duration::from_secs(60));
+    assert_timed_out_with_partial_output(&result);
+    for id in &reads {
+        let contents = response_within(&conn, id, Duration::from_secs(60));
+        assert_eq!(contents["type"], "FILE_CONTENTS", "{}", contents["type"]);
+    }
+    // The order the platform received them in: the result, made when the
+    // reads' contents were all waiting, went ahead of those not yet being
+    // written (the one being written when it came cannot be cut).
+    let order: Vec<&str> = {
+        let frames = conn.raw_frames();
+        let ids: Vec<String> = frames
+            .iter()
+            .filter_map(|f| f.text())
+            .filter_map(|t| {
+                std::iter::once(&command)
+                    .chain(&reads)
+                    .find(|id| t.contains(id.as_str()))
+                    .cloned()
+            })
+            .collect();
+        ids.iter()
+            .map(|id| if *id == command { "result" } else { "contents" })
+            .collect()
+    };
+    assert_ne!(
+        order.last(),
+        Some(&"result"),
+        "the command result waited behind every queued read: {order:?}"
+    );
+}

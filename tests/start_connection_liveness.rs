@@ -1,8 +1,9 @@
 //! A connection that is dead is noticed: the real binary pings at the
 //! WebSocket level 20 s after connecting, leaves a platform that answers
 //! nothing (no pong, no frame) 10 s later with `WS_DISCONNECTED`
-//! `keepalive_timeout` and connects again; a name resolution that never
-//! answers is given up within the opening timeout.
+//! `keepalive_timeout` and connects again, but keeps a slow one that is
+//! still taking a large response; a name resolution that never answers is
+//! given up within the opening timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod start_support;
@@ -11,7 +12,7 @@ use std::net::UdpSocket;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use autogpt_shim_emulator::{HelloAck, RawKind};
+use autogpt_shim_emulator::{Conn, HelloAck, RawKind};
 use serde_json::{Value, json};
 use start_support::*;
 
@@ -22,6 +23,17 @@ fn disconnect_reasons(home: &Home) -> Vec<Value> {
         .filter(|r| r["op"] == "WS_DISCONNECTED")
         .map(|r| r["details"]["reason"].clone())
         .collect()
+}
+
+/// Waits for a WebSocket ping from the shim to reach the platform.
+fn assert_a_ws_ping_arrives(conn: &Conn) {
+    assert!(
+        eventually(WAIT, || conn
+            .raw_frames()
+            .iter()
+            .any(|f| f.kind == RawKind::Ping)),
+        "no WebSocket ping reached the platform"
+    );
 }
 
 #[test]
@@ -55,13 +67,7 @@ fn a_platform_that_answers_no_ping_is_left_and_connected_to_again() {
     // What the shim sent into the silence: one WebSocket ping, and never
     // an application-level PING.
     conn.read_normally();
-    assert!(
-        eventually(WAIT, || conn
-            .raw_frames()
-            .iter()
-            .any(|f| f.kind == RawKind::Ping)),
-        "no WebSocket ping reached the platform"
-    );
+    assert_a_ws_ping_arrives(&conn);
     assert!(
         conn.raw_frames()
             .iter()
@@ -77,6 +83,57 @@ fn a_platform_that_answers_no_ping_is_left_and_connected_to_again() {
         .unwrap();
     let (_, stat) = call(&again, "FILE_STAT", json!({"path": "."}));
     assert_eq!(stat["type"], "FILE_STAT_RESPONSE", "{stat}");
+}
+
+#[test]
+fn a_response_still_moving_past_the_pong_timeout_keeps_the_connection() {
+    let home = Home::new();
+    // Just under the 10 MiB file limit, as base64: a FILE_CONTENTS of
+    // about 14 MiB.
+    let contents = vec![0x5a_u8; 10 * 1024 * 1024 - 4096];
+    std::fs::write(home.root.join("big.bin"), &contents).unwrap();
+    let emulator = emulator();
+    let _shim = Shim::start(&home, &emulator, &[]);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let connected = Instant::now();
+    settle(&conn);
+    // The platform takes the response slowly but steadily (about 22 s for
+    // all of it), so it is still moving when the ping falls due 20 s after
+    // connecting, and for more than the 10 s the pong may take after that:
+    // the ping, and so its pong, can only follow it.
+    std::thread::sleep(Duration::from_secs(12).saturating_sub(connected.elapsed()));
+    conn.read_slowly(64 * 1024, Duration::from_millis(100));
+    let id = conn
+        .request(
+            "FILE_READ",
+            json!({"path": "big.bin", "encoding": "base64"}),
+        )
+        .unwrap();
+    let response = conn
+        .wait_response(&id, Duration::from_secs(60))
+        .expect("the response never arrived");
+    let took = connected.elapsed();
+    assert_eq!(response["type"], "FILE_CONTENTS", "{}", response["type"]);
+    assert_eq!(
+        response["payload"]["content"].as_str().map(str::len),
+        Some(contents.len().div_ceil(3) * 4)
+    );
+    assert!(
+        took >= Duration::from_secs(32),
+        "the response arrived {took:?} after connecting: too fast to span the pong timeout"
+    );
+    conn.read_normally();
+    // The ping went out behind the response and was answered; the
+    // connection is the same one, and it still serves.
+    assert!(
+        disconnect_reasons(&home).is_empty(),
+        "{:?}",
+        disconnect_reasons(&home)
+    );
+    assert_a_ws_ping_arrives(&conn);
+    let (_, stat) = call(&conn, "FILE_STAT", json!({"path": "."}));
+    assert_eq!(stat["type"], "FILE_STAT_RESPONSE", "{stat}");
+    assert!(emulator.accept(Duration::from_millis(200)).is_none());
 }
 
 /// Runs `command` (the shim) in a private mount namespace whose

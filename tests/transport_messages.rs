@@ -310,25 +310,31 @@ fn a_pong_is_not_delayed_by_a_reader_waiting_for_data() {
     assert_eq!(arrived.iter().count(), 20);
 }
 
-#[test]
-fn a_writer_is_not_held_up_while_a_large_message_trickles_in() {
-    const CHUNK: usize = 64 * 1024;
-    const CHUNKS: usize = 64;
-    let (mut reader, writer, server) = open(|socket| {
-        // One 4 MiB text frame, written in slices with pauses: the whole
-        // message takes more than a second to arrive.
-        let len = (CHUNK * CHUNKS) as u64;
+/// The size of one slice of a message sent by [`trickle_in`].
+const TRICKLE_SLICE: usize = 64 * 1024;
+
+/// Sends one text frame of `slices` slices of [`TRICKLE_SLICE`] bytes, with
+/// a pause after each: 64 slices (4 MiB) take more than a second to arrive.
+fn trickle_in(slices: usize) -> impl FnOnce(&mut ServerSocket) + Send {
+    move |socket| {
+        let len = (TRICKLE_SLICE * slices) as u64;
         let mut header = vec![0x81, 127];
         header.extend_from_slice(&len.to_be_bytes());
         let stream = socket.get_mut();
         std::io::Write::write_all(stream, &header).unwrap();
-        for _ in 0..CHUNKS {
-            std::io::Write::write_all(stream, &[b'z'; CHUNK]).unwrap();
+        for _ in 0..slices {
+            std::io::Write::write_all(stream, &[b'z'; TRICKLE_SLICE]).unwrap();
             std::io::Write::flush(stream).unwrap();
             thread::sleep(Duration::from_millis(20));
         }
         drain(socket);
-    });
+    }
+}
+
+#[test]
+fn a_writer_is_not_held_up_while_a_large_message_trickles_in() {
+    const CHUNKS: usize = 64;
+    let (mut reader, writer, server) = open(trickle_in(CHUNKS));
     let sending = thread::spawn(move || {
         thread::sleep(Duration::from_millis(150));
         let started = Instant::now();
@@ -336,9 +342,34 @@ fn a_writer_is_not_held_up_while_a_large_message_trickles_in() {
         (started.elapsed(), writer)
     });
     let message = next_message(&mut reader);
-    assert_eq!(message.len(), CHUNK * CHUNKS);
+    assert_eq!(message.len(), TRICKLE_SLICE * CHUNKS);
     let (took, writer) = sending.join().unwrap();
     assert!(took < WRITER_BOUND, "the PONG waited {took:?}");
+    finish(reader, writer, server);
+}
+
+#[test]
+fn a_large_message_trickling_in_shows_the_connection_alive_before_it_is_whole() {
+    const CHUNKS: usize = 32;
+    let (mut reader, writer, server) = open(trickle_in(CHUNKS));
+    let _ = reader.progressed();
+    let deadline = Instant::now() + PATIENCE;
+    let mut alive_before_whole = 0;
+    let message = loop {
+        match reader.read() {
+            Ok(Incoming::Idle) => {
+                alive_before_whole += usize::from(reader.progressed());
+                assert!(Instant::now() < deadline, "nothing arrived");
+            }
+            Ok(Incoming::Message(bytes)) => break bytes,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(message.len(), TRICKLE_SLICE * CHUNKS);
+    assert!(
+        alive_before_whole > 5,
+        "seen alive {alive_before_whole} times while the message came in"
+    );
     finish(reader, writer, server);
 }
 
@@ -441,4 +472,44 @@ fn a_close_from_the_shim_completes_the_closing_handshake() {
         Err(TransportError::Closed)
     ));
     server.join();
+}
+
+#[test]
+fn a_keepalive_ping_behind_a_large_send_holds_up_neither_the_reader_nor_the_pong_wait() {
+    let (mut reader, writer, server) = open(|socket| {
+        // Says something, then takes nothing for two seconds: the shim's
+        // 16 MiB write backs up, and the ping queued behind it with it.
+        socket.send(Message::text("first")).unwrap();
+        thread::sleep(Duration::from_secs(2));
+        drain(socket);
+    });
+    let sending = {
+        let writer = writer.clone();
+        thread::spawn(move || writer.send_text("e".repeat(MAX_MESSAGE_BYTES)))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    writer.ping(b"behind").unwrap();
+    let took = started.elapsed();
+    assert!(took < WRITER_BOUND, "queueing the ping took {took:?}");
+    assert_eq!(next_message(&mut reader), b"first");
+    // Once the platform takes the large message again, the connection is
+    // seen alive before the pong comes.
+    let deadline = Instant::now() + PATIENCE;
+    let mut progressed = false;
+    let pong = loop {
+        progressed |= reader.progressed();
+        match reader.read() {
+            Ok(Incoming::Idle) => assert!(Instant::now() < deadline, "no pong"),
+            Ok(Incoming::Pong(payload)) => break payload,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(pong, b"behind");
+    assert!(
+        progressed,
+        "the large message moving showed no sign of life"
+    );
+    sending.join().unwrap().unwrap();
+    finish(reader, writer, server);
 }

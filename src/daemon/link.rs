@@ -1,5 +1,6 @@
 //! The bridge between an open transport connection and a served session:
-//! the inbound half keeps the WebSocket-level keepalive (PROTOCOL.md §1.5)
+//! the inbound half keeps the WebSocket-level keepalive (PROTOCOL.md §1.5),
+//! fed with the connection's signs of life (see [`Reader::progressed`]),
 //! and notices a stop request between reader turns; the outbound half sends
 //! the session's encoded frames as text messages.
 //!
@@ -36,7 +37,11 @@ impl Inbound for LinkIn {
             if should_stop() {
                 return Err(Ended::Closed(None));
             }
-            match self.keepalive.poll(Instant::now()) {
+            let now = Instant::now();
+            if self.reader.progressed() {
+                self.keepalive.on_progress(now);
+            }
+            match self.keepalive.poll(now) {
                 KeepaliveAction::Wait(_) => {}
                 KeepaliveAction::Ping(payload) => {
                     if let Err(e) = self.writer.ping(&payload) {

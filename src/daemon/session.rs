@@ -4,7 +4,8 @@
 //! worker pool.
 //!
 //! Threads: the caller's thread reads; one writer thread per connection
-//! sends, taking PONGs before anything else so no worker can delay them;
+//! sends, taking PONGs before anything else so no worker can delay them,
+//! then command results, then the other responses (see [`Lanes`]);
 //! workers come from the daemon's pool, and a running command gets a thread
 //! of its own so that it never holds a worker. A command meets the
 //! machine-wide command limits as it is admitted, on the reader: it is
@@ -292,9 +293,10 @@ struct Shared {
     slots: RequestSlots,
     /// Bytes of this connection's frames not yet handed to the socket.
     backlog: Backlog,
-    /// Frames for the writer; PONGs take the priority lane.
+    /// Frames for the writer, by lane (see [`Lanes`]).
     tx: Sender<Out>,
     priority: Sender<Out>,
+    urgent: Sender<Out>,
     leftovers: Mutex<Vec<Pid>>,
     audit_failed: AtomicBool,
     /// Why the connection can no longer answer, once it cannot: the writer
@@ -344,8 +346,14 @@ pub fn serve(
     // When either is full, an answer the reader makes on its own (PONG,
     // invalid-frame ERROR, SHIM_OVERLOADED) ends the connection instead and
     // the periodic STATUS is dropped; a worker's response waits for room.
-    let (tx, rx) = bounded(OUT_QUEUE);
+    let (tx, normal) = bounded(OUT_QUEUE);
     let (priority, priority_rx) = bounded(OUT_QUEUE);
+    let (urgent, urgent_rx) = bounded(OUT_QUEUE);
+    let lanes = Lanes {
+        priority: priority_rx,
+        urgent: urgent_rx,
+        normal,
+    };
     let cancel = match Cancel::new() {
         Ok(c) => c,
         Err(e) => return End::Failed(format!("cannot create the cancellation token: {e}")),
@@ -361,6 +369,7 @@ pub fn serve(
         backlog,
         tx,
         priority,
+        urgent,
         leftovers: Mutex::new(Vec::new()),
         audit_failed: AtomicBool::new(false),
         send_failed: OnceLock::new(),
@@ -372,7 +381,7 @@ pub fn serve(
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("ws-writer".into())
-            .spawn(move || write_loop(&shared, outbound, &priority_rx, &rx))
+            .spawn(move || write_loop(&shared, outbound, &lanes))
     };
     let end = match writer {
         Ok(_) => read_loop(&shared, pool, &mut inbound, stop),
@@ -642,7 +651,11 @@ fn run_request(
     };
     drop(response);
     let held = shared.backlog.hold(bytes.len());
-    let _ = shared.tx.send(Out::Response(Response {
+    let lane = match kind {
+        MessageType::ExecuteCommand => &shared.urgent,
+        _ => &shared.tx,
+    };
+    let _ = lane.send(Out::Response(Response {
         bytes,
         held,
         admitted,
@@ -797,23 +810,42 @@ fn send_status(shared: &Shared) {
     }
 }
 
-/// Sends what the connection produces, PONGs first, and the periodic
-/// `STATUS`. Ends on a close request or a send failure.
-fn write_loop(
-    shared: &Shared,
-    mut out: impl Outbound,
-    priority: &Receiver<Out>,
-    normal: &Receiver<Out>,
-) {
+/// The writer's queues, taken in this order whenever more than one holds
+/// a frame (a frame already being written is never cut short).
+///
+/// `priority`: `PONG`s and the connection's end, which no worker may delay.
+/// `urgent`: command results. The platform waits for any reply for the
+/// same time from its request on; a file operation's response exists at
+/// once, while a command's result can be made as late as that wait allows
+/// (a command bounded by it is stopped just before it, EXEC.md §9), so
+/// behind a few large file responses on a slow link it would arrive after
+/// the platform gave up. Responses may leave in any order (PROTOCOL.md
+/// §5.7); each keeps its slot and its backlog bytes until it is handed to
+/// the socket, whichever lane it took.
+/// `normal`: every other response and the periodic `STATUS`.
+struct Lanes {
+    priority: Receiver<Out>,
+    urgent: Receiver<Out>,
+    normal: Receiver<Out>,
+}
+
+/// Sends what the connection produces, lane by lane (see [`Lanes`]), and
+/// the periodic `STATUS`. Ends on a close request or a send failure.
+fn write_loop(shared: &Shared, mut out: impl Outbound, lanes: &Lanes) {
     let mut next_status = Instant::now() + STATUS_INTERVAL;
     loop {
-        let item = match priority.try_recv() {
+        let first = lanes
+            .priority
+            .try_recv()
+            .or_else(|_| lanes.urgent.try_recv());
+        let item = match first {
             Ok(item) => item,
             Err(_) => {
                 let wait = next_status.saturating_duration_since(Instant::now());
                 select! {
-                    recv(priority) -> item => match item { Ok(item) => item, Err(_) => return },
-                    recv(normal) -> item => match item { Ok(item) => item, Err(_) => return },
+                    recv(lanes.priority) -> item => match item { Ok(item) => item, Err(_) => return },
+                    recv(lanes.urgent) -> item => match item { Ok(item) => item, Err(_) => return },
+                    recv(lanes.normal) -> item => match item { Ok(item) => item, Err(_) => return },
                     default(wait) => {
                         next_status += STATUS_INTERVAL;
                         send_status(shared);
@@ -828,7 +860,7 @@ fn write_loop(
                 // responses it would overtake on the priority lane are all
                 // queued already: each acknowledged operation (an audit
                 // failure's INTERNAL_ERROR among them) is answered first.
-                while let Ok(item) = normal.try_recv() {
+                while let Ok(item) = lanes.urgent.try_recv().or_else(|_| lanes.normal.try_recv()) {
                     if !deliver(shared, &mut out, item) {
                         return;
                     }

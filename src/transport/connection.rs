@@ -11,9 +11,13 @@
 //! that have already arrived. A read call ends after [`READ_TURN`] without
 //! a complete message so the caller can look at its stop flag. Partial
 //! frames and TLS records stay buffered in the WebSocket and TLS layers
-//! between turns. A write that cannot finish at once gives its turn back
-//! and continues on the next one, so a platform that is itself blocked
-//! writing can still be read from.
+//! between turns. A write that cannot finish within one turn's write budget
+//! ([`POLL_INTERVAL`]) gives its turn back and continues on the next one,
+//! so a platform that is itself blocked writing can still be read from,
+//! and a large frame draining slowly never keeps the reader from reading.
+//! The reader never waits for room to write: its keepalive pings and
+//! control replies are queued behind whatever is being written and sent
+//! with it; the reader only pushes them on when no writer will.
 //!
 //! This module never interprets message contents (bytes go up to the
 //! protocol layer unchanged, text and binary alike), never sends a message
@@ -23,6 +27,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -32,7 +37,7 @@ use tungstenite::{Bytes, Message, WebSocket};
 
 use super::MAX_MESSAGE_BYTES;
 use super::error::{Stage, TransportError};
-use super::stream::Stream;
+use super::stream::{POLL_INTERVAL, Stream, Traffic};
 
 /// The longest one [`Reader::read`] call waits for a complete message
 /// before it returns [`Incoming::Idle`].
@@ -89,6 +94,14 @@ struct Shared {
     /// A second descriptor of the socket: the reader waits on it for
     /// readability without holding the socket.
     wait_fd: std::os::fd::OwnedFd,
+    traffic: Arc<Traffic>,
+    /// A ping or control reply the reader queued may not have reached the
+    /// socket yet; cleared by the next flush that completes.
+    output_pending: AtomicBool,
+    /// Bytes written (as [`Traffic::written`] counts them) when what the
+    /// reader had queued was last found handed to the socket: the end of
+    /// the last ping, or a little past it.
+    pending_flushed_at: AtomicU64,
 }
 
 /// Holding the socket for one turn; the next ticket is served on drop.
@@ -111,16 +124,46 @@ impl Shared {
         }
         drop(turns);
         match self.socket.lock() {
-            Ok(socket) => Ok(Turn {
-                shared: self,
-                socket,
-            }),
+            Ok(mut socket) => {
+                socket
+                    .get_mut()
+                    .paced_mut()
+                    .set_write_budget(Instant::now() + POLL_INTERVAL);
+                Ok(Turn {
+                    shared: self,
+                    socket,
+                })
+            }
             Err(_) => {
                 // A thread panicked mid-operation: the socket's state is
                 // unknown, so it is not used again.
                 self.end_turn();
                 Err(TransportError::Closed)
             }
+        }
+    }
+
+    /// Flushes what is queued as far as the socket takes it now;
+    /// `WouldBlock` leaves the rest queued, and marks it pending.
+    fn flush_best_effort(&self, socket: &mut WebSocket<Stream>) -> Result<(), TransportError> {
+        match socket.flush() {
+            Ok(()) => {
+                self.flushed();
+                Ok(())
+            }
+            Err(e) if is_would_block(&e) => {
+                self.output_pending.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(write_error(e)),
+        }
+    }
+
+    /// A flush completed: nothing the reader queued is pending any more.
+    fn flushed(&self) {
+        if self.output_pending.swap(false, Ordering::Relaxed) {
+            self.pending_flushed_at
+                .store(self.traffic.written(), Ordering::Relaxed);
         }
     }
 
@@ -188,15 +231,20 @@ impl Connection {
                 stage: Stage::Read,
                 source,
             })?;
+        let traffic = self.socket.get_ref().paced().traffic();
         let shared = Arc::new(Shared {
             turns: Mutex::new(Turns::default()),
             turn_changed: Condvar::new(),
             socket: Mutex::new(self.socket),
             wait_fd,
+            traffic,
+            output_pending: AtomicBool::new(false),
+            pending_flushed_at: AtomicU64::new(0),
         });
         Ok((
             Reader {
                 shared: shared.clone(),
+                seen: Seen::default(),
             },
             Writer { shared },
         ))
@@ -206,6 +254,16 @@ impl Connection {
 /// The reading half.
 pub struct Reader {
     shared: Arc<Shared>,
+    seen: Seen,
+}
+
+/// The byte counts as of the last [`Reader::progressed`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    read: u64,
+    written: u64,
+    /// The most of our bytes seen acknowledged by the platform.
+    acknowledged: u64,
 }
 
 impl fmt::Debug for Reader {
@@ -215,6 +273,44 @@ impl fmt::Debug for Reader {
 }
 
 impl Reader {
+    /// Whether, since the last call, the connection showed that the
+    /// platform is there though no pong has come yet: bytes arrived from
+    /// it, or it acknowledged more of the bytes we wrote ahead of the last
+    /// ping (while the ping waits behind a large frame, the frame moving is
+    /// all there is to see). Acknowledgements of what follows the ping
+    /// count for nothing: a platform whose system still takes bytes while
+    /// the platform itself answers nothing is not alive. Where the system
+    /// does not tell what was acknowledged, our bytes leaving for the
+    /// socket while the ping waits behind them count instead.
+    pub fn progressed(&mut self) -> bool {
+        use std::os::fd::AsFd;
+        let shared = &self.shared;
+        let read = shared.traffic.read();
+        // Written before asking what is unacknowledged, so a write between
+        // the two can only make the acknowledged count look smaller.
+        let written = shared.traffic.written();
+        let pending = shared.output_pending.load(Ordering::Relaxed);
+        let ping_end = if pending {
+            u64::MAX
+        } else {
+            shared.pending_flushed_at.load(Ordering::Relaxed)
+        };
+        let taken = match crate::sys::unacknowledged_bytes(shared.wait_fd.as_fd()) {
+            Some(unacknowledged) => {
+                let acknowledged = written.saturating_sub(unacknowledged);
+                let taken =
+                    acknowledged > self.seen.acknowledged && self.seen.acknowledged < ping_end;
+                self.seen.acknowledged = self.seen.acknowledged.max(acknowledged);
+                taken
+            }
+            None => pending && written != self.seen.written,
+        };
+        let progressed = read != self.seen.read || taken;
+        self.seen.read = read;
+        self.seen.written = written;
+        progressed
+    }
+
     /// Waits for a message for at most about [`READ_TURN`], holding the
     /// socket only while bytes that have already arrived are decoded.
     /// [`Incoming::Idle`] means "nothing complete yet"; call again.
@@ -246,21 +342,28 @@ impl Reader {
     fn read_available(&mut self) -> Result<Incoming, TransportError> {
         let mut turn = self.shared.turn()?;
         let socket = &mut *turn.socket;
-        socket.get_mut().paced_mut().set_immediate_reads(true);
-        let result = socket.read();
-        socket.get_mut().paced_mut().set_immediate_reads(false);
-        match result {
+        socket.get_mut().paced_mut().set_immediate(true);
+        let result = self.take_one(socket);
+        socket.get_mut().paced_mut().set_immediate(false);
+        result
+    }
+
+    fn take_one(&self, socket: &mut WebSocket<Stream>) -> Result<Incoming, TransportError> {
+        if self.shared.output_pending.load(Ordering::Relaxed) {
+            self.shared.flush_best_effort(socket)?;
+        }
+        match socket.read() {
             Ok(Message::Text(text)) => Ok(Incoming::Message(Vec::from(Bytes::from(text)))),
             Ok(Message::Binary(bytes)) => Ok(Incoming::Message(Vec::from(bytes))),
             Ok(Message::Pong(payload)) => Ok(Incoming::Pong(Vec::from(payload))),
             Ok(Message::Ping(_)) => {
                 // The pong is queued; send it now rather than on the next
                 // turn. A full socket leaves it queued for the next write.
-                flush_best_effort(socket)?;
+                self.shared.flush_best_effort(socket)?;
                 Ok(Incoming::Idle)
             }
             Ok(Message::Close(frame)) => {
-                flush_best_effort(socket)?;
+                self.shared.flush_best_effort(socket)?;
                 Ok(Incoming::Closed(frame.map(|frame| CloseInfo {
                     code: u16::from(frame.code),
                     reason: frame.reason.as_str().to_owned(),
@@ -269,15 +372,6 @@ impl Reader {
             Ok(Message::Frame(_)) => Ok(Incoming::Idle),
             Err(error) => read_error(socket, error),
         }
-    }
-}
-
-/// Flushes queued control replies; `WouldBlock` leaves them queued.
-fn flush_best_effort(socket: &mut WebSocket<Stream>) -> Result<(), TransportError> {
-    match socket.flush() {
-        Ok(()) => Ok(()),
-        Err(e) if is_would_block(&e) => Ok(()),
-        Err(e) => Err(write_error(e)),
     }
 }
 
@@ -394,10 +488,24 @@ impl Writer {
         let _ = rustix::net::shutdown(&self.shared.wait_fd, rustix::net::Shutdown::Both);
     }
 
-    /// Sends a WebSocket ping with `payload` (at most 125 bytes).
+    /// Queues a WebSocket ping with `payload` (at most 125 bytes) behind
+    /// what is already queued, and sends as much as the socket takes at
+    /// once, never waiting: the rest leaves with the writer that is sending
+    /// the frames ahead of it, or on the reader's next turns.
     pub fn ping(&self, payload: &[u8]) -> Result<(), TransportError> {
         let payload = Bytes::copy_from_slice(payload);
-        self.write_with(|socket| socket.write(Message::Ping(payload)))
+        let mut turn = self.shared.turn()?;
+        let socket = &mut *turn.socket;
+        self.shared.output_pending.store(true, Ordering::Relaxed);
+        socket.get_mut().paced_mut().set_immediate(true);
+        let queued = match socket.write(Message::Ping(payload)) {
+            Ok(()) => Ok(()),
+            Err(e) if is_would_block(&e) => Ok(()),
+            Err(e) => Err(write_error(e)),
+        };
+        let flushed = queued.and_then(|()| self.shared.flush_best_effort(socket));
+        socket.get_mut().paced_mut().set_immediate(false);
+        flushed
     }
 
     /// Starts the closing handshake with `code` and `reason` (cut to 123
@@ -425,7 +533,10 @@ impl Writer {
             let mut turn = self.shared.turn()?;
             let socket = &mut *turn.socket;
             match op(socket).and_then(|()| socket.flush()) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.shared.flushed();
+                    return Ok(());
+                }
                 Err(e) if is_would_block(&e) => {}
                 Err(e) => return Err(write_error(e)),
             }
@@ -436,7 +547,10 @@ impl Writer {
             let mut turn = self.shared.turn()?;
             let socket = &mut *turn.socket;
             match socket.flush() {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.shared.flushed();
+                    return Ok(());
+                }
                 Err(e) if is_would_block(&e) => {}
                 Err(e) => return Err(write_error(e)),
             }

@@ -1,8 +1,12 @@
 //! The WebSocket-level keepalive (PROTOCOL.md §1.5): a ping every 20 s,
-//! and the connection fails when its pong has not arrived 10 s later.
+//! and the connection fails when, 10 s later, neither its pong nor any
+//! other sign of life has come. A sign of life (anything arriving from the
+//! platform, or our own bytes still draining ahead of the ping) starts the
+//! 10 s over: a slow link busy with a large frame is not a dead one.
 //!
 //! A sans-IO state machine: the caller passes the current [`Instant`] and
-//! sends the pings it is told to, and reports the pongs it reads. It never
+//! sends the pings it is told to, and reports the pongs it reads and the
+//! signs of life it sees. It never
 //! reads a clock, sleeps or touches a socket itself, so it is tested without
 //! waiting. The application-level `PING`/`PONG` frames are not its concern.
 
@@ -32,7 +36,8 @@ pub struct Keepalive {
     interval: Duration,
     timeout: Duration,
     next_ping: Instant,
-    /// The payload and send time of the ping whose pong is awaited.
+    /// The payload of the ping whose pong is awaited, and since when
+    /// nothing has shown the connection alive.
     outstanding: Option<([u8; 8], Instant)>,
     sequence: u64,
     expired: bool,
@@ -64,8 +69,8 @@ impl Keepalive {
         if self.expired {
             return KeepaliveAction::Expired;
         }
-        if let Some((_, sent)) = self.outstanding {
-            let deadline = sent + self.timeout;
+        if let Some((_, quiet_since)) = self.outstanding {
+            let deadline = quiet_since + self.timeout;
             if now >= deadline {
                 self.expired = true;
                 return KeepaliveAction::Expired;
@@ -80,6 +85,18 @@ impl Keepalive {
             return KeepaliveAction::Ping(payload);
         }
         KeepaliveAction::Wait(self.next_ping)
+    }
+
+    /// The connection showed life at `now` (bytes arrived, or ours ahead of
+    /// the ping moved on): the wait for the pong starts over. The ping
+    /// schedule does not move.
+    pub fn on_progress(&mut self, now: Instant) {
+        if self.expired {
+            return;
+        }
+        if let Some((_, quiet_since)) = &mut self.outstanding {
+            *quiet_since = (*quiet_since).max(now);
+        }
     }
 
     /// A pong arrived with `payload`. Returns whether it answered the
@@ -168,6 +185,67 @@ mod tests {
         assert!(!keepalive.on_pong(b"other"));
         assert_eq!(keepalive.poll(t0 + secs(30)), KeepaliveAction::Expired);
         let _ = payload;
+    }
+
+    #[test]
+    fn progress_while_the_pong_is_awaited_starts_the_wait_over() {
+        let t0 = Instant::now();
+        let mut keepalive = Keepalive::new(t0);
+        let KeepaliveAction::Ping(payload) = keepalive.poll(t0 + secs(20)) else {
+            panic!("no ping");
+        };
+        keepalive.on_progress(t0 + secs(28));
+        assert_eq!(
+            keepalive.poll(t0 + secs(30)),
+            KeepaliveAction::Wait(t0 + secs(38))
+        );
+        keepalive.on_progress(t0 + secs(37));
+        assert_eq!(
+            keepalive.poll(t0 + secs(46)),
+            KeepaliveAction::Wait(t0 + secs(47))
+        );
+        assert!(keepalive.on_pong(&payload));
+        // The schedule kept its pace: the next ping was due at 40 s.
+        assert!(matches!(
+            keepalive.poll(t0 + secs(46)),
+            KeepaliveAction::Ping(_)
+        ));
+    }
+
+    #[test]
+    fn progress_that_stops_expires_the_connection_ten_seconds_later() {
+        let t0 = Instant::now();
+        let mut keepalive = Keepalive::new(t0);
+        assert!(matches!(
+            keepalive.poll(t0 + secs(20)),
+            KeepaliveAction::Ping(_)
+        ));
+        keepalive.on_progress(t0 + secs(25));
+        assert_eq!(
+            keepalive.poll(t0 + secs(34)),
+            KeepaliveAction::Wait(t0 + secs(35))
+        );
+        assert_eq!(keepalive.poll(t0 + secs(35)), KeepaliveAction::Expired);
+        keepalive.on_progress(t0 + secs(36));
+        assert_eq!(keepalive.poll(t0 + secs(36)), KeepaliveAction::Expired);
+    }
+
+    #[test]
+    fn progress_with_no_ping_outstanding_changes_nothing() {
+        let t0 = Instant::now();
+        let mut keepalive = Keepalive::new(t0);
+        keepalive.on_progress(t0 + secs(5));
+        assert_eq!(
+            keepalive.poll(t0 + secs(6)),
+            KeepaliveAction::Wait(t0 + secs(20))
+        );
+        assert!(matches!(
+            keepalive.poll(t0 + secs(20)),
+            KeepaliveAction::Ping(_)
+        ));
+        // Earlier than the ping: not a sign of life after it.
+        keepalive.on_progress(t0 + secs(19));
+        assert_eq!(keepalive.poll(t0 + secs(30)), KeepaliveAction::Expired);
     }
 
     #[test]

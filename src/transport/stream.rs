@@ -4,14 +4,19 @@
 //! [`Paced`] owns the socket's timing in two modes. While the connection is
 //! being opened every operation is bounded by the one opening deadline and a
 //! timeout surfaces as `TimedOut`. Once it is open, writes wait at most
-//! [`POLL_INTERVAL`] and the reader's reads do not wait at all; an expired
-//! or refused wait surfaces as `WouldBlock`, which the WebSocket and TLS
-//! layers treat as "try again" without losing buffered partial frames or
-//! records. [`wait_readable`] is how the reader waits, outside the lock. This module never decides what to
-//! send: it only moves bytes and counts the ones written.
+//! [`POLL_INTERVAL`], the reader's reads and writes do not wait at all, and
+//! no write starts after the end of the current turn's write budget, so a
+//! large frame leaving a slowly drained socket never holds the connection
+//! for more than one budget; an expired or refused wait surfaces as
+//! `WouldBlock`, which the WebSocket and TLS layers treat as "try again"
+//! without losing buffered partial frames or records. [`wait_readable`] is
+//! how the reader waits, outside the lock. This module never decides what
+//! to send: it only moves bytes and counts them, both ways ([`Traffic`]).
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rustls::{ClientConnection, StreamOwned};
@@ -29,8 +34,30 @@ enum Mode {
     /// Opening: everything must finish by `deadline`.
     Opening { deadline: Instant },
     /// Open: waits are bounded by the poll interval; `immediate` reads
-    /// take only what the socket already holds and never wait.
+    /// and writes take only what the socket holds or has room for now and
+    /// never wait.
     Open { immediate: bool },
+}
+
+/// Bytes a socket has moved so far, readable by any thread without the
+/// connection's lock: how the keepalive sees that a connection is alive
+/// while another thread is using it.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    read: AtomicU64,
+    written: AtomicU64,
+}
+
+impl Traffic {
+    /// Bytes read from the socket so far.
+    pub fn read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    /// Bytes written to the socket so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
 }
 
 /// A TCP socket with bounded waits; see the module documentation.
@@ -38,7 +65,10 @@ enum Mode {
 pub struct Paced {
     tcp: TcpStream,
     mode: Mode,
-    written: u64,
+    traffic: Arc<Traffic>,
+    /// Open mode: a write that would start after this instant reports
+    /// `WouldBlock` instead.
+    write_budget_end: Option<Instant>,
 }
 
 impl Paced {
@@ -47,7 +77,8 @@ impl Paced {
         Paced {
             tcp,
             mode: Mode::Opening { deadline },
-            written: 0,
+            traffic: Arc::default(),
+            write_budget_end: None,
         }
     }
 
@@ -59,14 +90,22 @@ impl Paced {
         Ok(())
     }
 
-    /// In open mode: reads take what the socket already holds and fail with
-    /// `WouldBlock` instead of waiting. The reader waits for readability
-    /// with [`wait_readable`] while it does not hold the connection, so a
-    /// writer never queues behind an idle read.
-    pub fn set_immediate_reads(&mut self, on: bool) {
+    /// In open mode: reads take what the socket already holds, and writes
+    /// what it has room for, and fail with `WouldBlock` instead of waiting.
+    /// The reader waits for readability with [`wait_readable`] while it
+    /// does not hold the connection, so a writer never queues behind an
+    /// idle read, and it never waits for room to write a control reply.
+    pub fn set_immediate(&mut self, on: bool) {
         if let Mode::Open { immediate } = &mut self.mode {
             *immediate = on;
         }
+    }
+
+    /// In open mode: no write starts after `end` (it reports `WouldBlock`),
+    /// so whoever holds the connection gives it back by then even while
+    /// the bytes keep moving.
+    pub fn set_write_budget(&mut self, end: Instant) {
+        self.write_budget_end = Some(end);
     }
 
     /// A second descriptor for the socket, to wait on without the lock.
@@ -76,7 +115,12 @@ impl Paced {
 
     /// Bytes written to the socket so far.
     pub fn bytes_written(&self) -> u64 {
-        self.written
+        self.traffic.written()
+    }
+
+    /// The byte counts of this socket, shared.
+    pub fn traffic(&self) -> Arc<Traffic> {
+        self.traffic.clone()
     }
 
     /// The time left before the opening deadline, as a socket timeout.
@@ -113,7 +157,7 @@ impl Read for Paced {
                         &mut *buf,
                         rustix::net::RecvFlags::DONTWAIT,
                     ) {
-                        Ok((n, _)) => Ok(n),
+                        Ok((n, _)) => Ok(self.count_read(n)),
                         Err(rustix::io::Errno::INTR) => continue,
                         Err(e) => Err(io::Error::from(e)),
                     };
@@ -122,25 +166,60 @@ impl Read for Paced {
             }
             match self.tcp.read(buf) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                result => return result.map_err(|e| normalise(self.mode, e)),
+                result => {
+                    return result
+                        .map(|n| self.count_read(n))
+                        .map_err(|e| normalise(self.mode, e));
+                }
             }
         }
+    }
+}
+
+impl Paced {
+    fn count_read(&self, n: usize) -> usize {
+        self.traffic.read.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    fn count_written(&self, n: usize) -> usize {
+        self.traffic.written.fetch_add(n as u64, Ordering::Relaxed);
+        n
     }
 }
 
 impl Write for Paced {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         loop {
-            if let Mode::Opening { deadline } = self.mode {
-                let timeout = Self::opening_timeout(deadline)?;
-                self.tcp.set_write_timeout(Some(timeout))?;
+            match self.mode {
+                Mode::Opening { deadline } => {
+                    let timeout = Self::opening_timeout(deadline)?;
+                    self.tcp.set_write_timeout(Some(timeout))?;
+                }
+                Mode::Open { .. }
+                    if self
+                        .write_budget_end
+                        .is_some_and(|end| Instant::now() >= end) =>
+                {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Mode::Open { immediate: true } => {
+                    use rustix::net::SendFlags;
+                    return match rustix::net::send(
+                        &self.tcp,
+                        buf,
+                        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+                    ) {
+                        Ok(n) => Ok(self.count_written(n)),
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(e) => Err(io::Error::from(e)),
+                    };
+                }
+                Mode::Open { immediate: false } => {}
             }
             match self.tcp.write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok(n) => {
-                    self.written += n as u64;
-                    return Ok(n);
-                }
+                Ok(n) => return Ok(self.count_written(n)),
                 Err(e) => return Err(normalise(self.mode, e)),
             }
         }
