@@ -132,6 +132,10 @@ fn a_command_result_overtakes_file_contents_still_waiting_for_a_slow_platform() 
         .unwrap();
     }
     conn.read_slowly(128 * 1024, Duration::from_millis(100));
+    // Taken this slowly, the reads' contents (and the result, when it has
+    // to wait for the one being written) arrive after the platform's wait:
+    // this test pins only the order.
+    conn.allow_late_answers();
     let command = conn
         .request("EXECUTE_COMMAND", json!({"command": STUBBORN}))
         .unwrap();

@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatxFlags};
 
 use super::identity;
 use crate::text::one_line;
@@ -88,15 +88,39 @@ impl Place {
 }
 
 /// One of the shim's own files, recorded once it has been opened at start.
-/// It is known by the identity its path has when a request is checked, not
-/// by one seen earlier: the shim replaces some of its files (the token
-/// store is rewritten whole), and the inode number of a replaced file is
-/// free for any new file, below a root too.
+///
+/// It is recognised by the identity its path has when a request is checked
+/// (the shim replaces some of its files whole, the token store among them),
+/// and by every identity it was seen with when recorded: a file the shim
+/// replaced may survive under another name, with the secrets it held. A
+/// replaced file's inode number is free for any new file, though, below a
+/// root too, so an identity seen earlier only counts together with its
+/// birth time where the filesystem keeps one.
 #[derive(Debug)]
 struct OwnFile {
     /// What it is, for messages ("the token store").
     what: &'static str,
     path: PathBuf,
+    seen: Vec<(Id, Option<Birth>)>,
+}
+
+/// A file's birth time (`statx`), `(seconds, nanoseconds)`.
+type Birth = (i64, u32);
+
+/// The birth time of `path` below `dir`, not following a final link.
+fn birth_at(dir: BorrowedFd<'_>, path: &[u8]) -> Option<Birth> {
+    let stx = rustix::fs::statx(dir, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME).ok()?;
+    StatxFlags::from_bits_retain(stx.stx_mask)
+        .contains(StatxFlags::BTIME)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec))
+}
+
+/// The birth time of `path`, following links as the shim does.
+fn birth_of(path: &Path) -> Option<Birth> {
+    let stx = rustix::fs::statx(rustix::fs::CWD, path, AtFlags::empty(), StatxFlags::BTIME).ok()?;
+    StatxFlags::from_bits_retain(stx.stx_mask)
+        .contains(StatxFlags::BTIME)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec))
 }
 
 /// How a root relates to a protected location.
@@ -204,9 +228,10 @@ impl ProtectedLocations {
         }
     }
 
-    /// Adds the shim's own files to those recorded before. A request whose
-    /// target is one of them as it is then (a link followed, as the shim
-    /// follows it), by any name, is refused.
+    /// Adds the shim's own files, as they are now (a link is followed, as
+    /// the shim follows it), to those recorded before: start records them
+    /// before and after it opens them, since opening may replace a file. A
+    /// request whose target is one of them, by any name, is refused.
     pub fn record_files<'a>(&self, files: impl IntoIterator<Item = (&'static str, &'a Path)>) {
         let mut known = self
             .shared
@@ -214,11 +239,28 @@ impl ProtectedLocations {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         for (what, path) in files {
-            if !known.iter().any(|f| f.path == path) {
-                known.push(OwnFile {
-                    what,
-                    path: path.to_path_buf(),
-                });
+            let index = match known.iter().position(|f| f.path == path) {
+                Some(index) => index,
+                None => {
+                    known.push(OwnFile {
+                        what,
+                        path: path.to_path_buf(),
+                        seen: Vec::new(),
+                    });
+                    known.len() - 1
+                }
+            };
+            let Ok(st) = rustix::fs::stat(path) else {
+                continue;
+            };
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                continue;
+            }
+            let seen = (identity(&st), birth_of(path));
+            if let Some(file) = known.get_mut(index) {
+                if !file.seen.contains(&seen) {
+                    file.seen.push(seen);
+                }
             }
         }
     }
@@ -227,22 +269,35 @@ impl ProtectedLocations {
         &self.shared.places
     }
 
-    /// The recorded file that is, now, the regular file of identity `id`.
-    fn own_file(&self, id: Id) -> Option<&'static str> {
+    /// The recorded file that the regular file of identity `id` is, or
+    /// was when recorded; `birth` tells its birth time when asked.
+    fn own_file(&self, id: Id, birth: impl Fn() -> Option<Birth>) -> Option<&'static str> {
         let known = self
             .shared
             .files
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        known
-            .iter()
-            .find(|f| {
-                rustix::fs::stat(&f.path).is_ok_and(|st| {
+        let mut asked: Option<Option<Birth>> = None;
+        for file in known.iter() {
+            let was = file.seen.iter().any(|(seen, born)| {
+                *seen == id
+                    && match (born, *asked.get_or_insert_with(&birth)) {
+                        (Some(then), Some(now)) => *then == now,
+                        // Without birth times the identity alone decides.
+                        _ => true,
+                    }
+            });
+            let is = || {
+                rustix::fs::stat(&file.path).is_ok_and(|st| {
                     FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
                         && identity(&st) == id
                 })
-            })
-            .map(|f| f.what)
+            };
+            if was || is() {
+                return Some(file.what);
+            }
+        }
+        None
     }
 
     fn has_files(&self) -> bool {
@@ -349,7 +404,10 @@ impl ProtectedLocations {
                 let last = n + 1 == components.len();
                 let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
                 let id = identity(&st);
-                return (last && regular).then(|| self.own_file(id)).flatten();
+                let birth = || birth_at(root, prefix.as_slice());
+                return (last && regular)
+                    .then(|| self.own_file(id, birth))
+                    .flatten();
             }
             dir_id = identity(&st);
             if let Some((_, place)) = ids.iter().find(|(id, _)| *id == Some(dir_id)) {
@@ -541,7 +599,7 @@ mod tests {
     }
 
     #[test]
-    fn an_own_file_is_known_by_what_its_path_is_now() {
+    fn an_own_file_is_known_as_it_is_now_and_as_it_was_recorded() {
         let (_tmp, base) = fixture();
         std::fs::create_dir_all(base.join("root")).unwrap();
         let tokens = base.join("tokens.enc");
@@ -554,13 +612,36 @@ mod tests {
         std::fs::write(base.join("tokens.new"), "new").unwrap();
         std::fs::rename(base.join("tokens.new"), &tokens).unwrap();
         std::fs::hard_link(&tokens, base.join("root/new")).unwrap();
+        std::fs::write(base.join("root/plain"), "plain").unwrap();
         let fd = rustix::fs::open(base.join("root"), OFlags::PATH, Mode::empty()).unwrap();
         let id = identity(&rustix::fs::fstat(&fd).unwrap());
         let reached = |name: &str| protected.reached(fd.as_fd(), id, &[OsString::from(name)]);
         assert_eq!(reached("new"), Some("token store"));
-        // The inode the store had before is no longer the shim's: its
-        // number may be reused by any new file.
-        assert_eq!(reached("old"), None);
+        assert_eq!(reached("old"), Some("token store"));
+        assert_eq!(reached("plain"), None);
+    }
+
+    #[test]
+    fn a_recorded_identity_with_another_birth_time_is_not_an_own_file() {
+        let (_tmp, base) = fixture();
+        let tokens = base.join("tokens.enc");
+        std::fs::write(&tokens, "old").unwrap();
+        let protected = ProtectedLocations::default();
+        protected.record_files([("token store", tokens.as_path())]);
+        let st = rustix::fs::stat(&tokens).unwrap();
+        let id = identity(&st);
+        let Some(born) = birth_of(&tokens) else {
+            // Without birth times the identity alone decides.
+            assert_eq!(protected.own_file(id, || None), Some("token store"));
+            return;
+        };
+        // The store replaced, its old inode number reused by a new file
+        // (simulated: the same number with a later birth time).
+        std::fs::write(base.join("tokens.new"), "new").unwrap();
+        std::fs::rename(base.join("tokens.new"), &tokens).unwrap();
+        let later = (born.0 + 1, born.1);
+        assert_eq!(protected.own_file(id, || Some(later)), None);
+        assert_eq!(protected.own_file(id, || Some(born)), Some("token store"));
     }
 
     #[test]

@@ -536,7 +536,7 @@ mod tests {
         );
         assert_eq!(
             refusal_detail(br#"{"detail":[{"msg":"off"}]}"#).as_deref(),
-            Some(r#"[{"msg":"off"}]"#)
+            Some(r#"[{\"msg\":\"off\"}]"#)
         );
         let long = format!(r#"{{"detail":"{}"}}"#, "x".repeat(10_000));
         assert!(refusal_detail(long.as_bytes()).unwrap().ends_with('…'));
