@@ -378,6 +378,12 @@ impl Reader {
 /// Fails the connection with a close frame, as far as the socket takes it
 /// now; the caller drops the connection after the error anyway.
 fn fail_with(socket: &mut WebSocket<Stream>, code: CloseCode, reason: &'static str) {
+    // The turn that read the offending frame may have spent its write
+    // budget decoding it; the close frame gets a budget of its own.
+    socket
+        .get_mut()
+        .paced_mut()
+        .set_write_budget(Instant::now() + POLL_INTERVAL);
     let _ = socket.close(Some(CloseFrame {
         code,
         reason: reason.into(),
