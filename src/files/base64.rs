@@ -2,30 +2,28 @@
 //! and the strict, Python-compatible decoder of FILE_WRITE (FILES.md §2.2
 //! step 2).
 //!
-//! This module owns the alphabet, the padding acceptance rules and the
-//! reasons a text is refused. It must never be lenient beyond those rules
-//! (no whitespace skipping, no URL-safe alphabet, no missing padding) and
-//! never echo the offending content in an error: file bytes are not logged.
+//! The `base64` crate does the coding; this module owns the acceptance
+//! rules on top of its decoder and the reasons a text is refused. It must
+//! never be lenient beyond those rules (no whitespace skipping, no URL-safe
+//! alphabet, no missing padding) and never echo the offending content in an
+//! error: file bytes are not logged.
 
 use std::fmt;
 
-/// The standard alphabet (RFC 4648 §4).
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::general_purpose::STANDARD;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
-/// Marks bytes that are not in [`ALPHABET`] in [`DECODE`].
-const INVALID: u8 = 0xFF;
-
-/// Reverse table: byte → 6-bit value, [`INVALID`] for everything else
-/// (including `=`, which the decoder handles before consulting the table).
-const DECODE: [u8; 256] = {
-    let mut table = [INVALID; 256];
-    let mut i = 0;
-    while i < ALPHABET.len() {
-        table[ALPHABET[i] as usize] = i as u8;
-        i += 1;
-    }
-    table
-};
+/// The decoder behind [`decode_strict`]: it only ever sees data characters
+/// already checked here, so it needs no padding, and it keeps Python's
+/// tolerance of non-zero unused bits in the last group.
+const DECODER: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone),
+);
 
 /// Why [`decode_strict`] refused a text. The `Display` form is a short
 /// reason; the caller prefixes it with "Bad base64: ".
@@ -85,38 +83,12 @@ impl std::error::Error for Base64Error {}
 /// Encodes `bytes` with the standard alphabet and `=` padding, without line
 /// breaks. The output is exactly `4 × ceil(len / 3)` characters.
 pub fn encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3).saturating_mul(4));
-    let mut groups = bytes.chunks_exact(3);
-    for group in &mut groups {
-        if let [a, b, c] = *group {
-            let n = (u32::from(a) << 16) | (u32::from(b) << 8) | u32::from(c);
-            push_sextets(&mut out, n, 4);
-        }
-    }
-    match *groups.remainder() {
-        [a] => {
-            push_sextets(&mut out, u32::from(a) << 16, 2);
-            out.push_str("==");
-        }
-        [a, b] => {
-            push_sextets(&mut out, (u32::from(a) << 16) | (u32::from(b) << 8), 3);
-            out.push('=');
-        }
-        _ => {}
-    }
-    out
+    STANDARD.encode(bytes)
 }
 
-/// Appends the first `count` 6-bit groups of the 24-bit value `n`, most
-/// significant first.
-fn push_sextets(out: &mut String, n: u32, count: u32) {
-    for i in 0..count {
-        let sextet = (n >> (18 - 6 * i)) & 0x3F;
-        // `sextet` < 64, so the lookup always succeeds.
-        if let Some(&symbol) = ALPHABET.get(sextet as usize) {
-            out.push(char::from(symbol));
-        }
-    }
+/// Whether `b` is a data character of the standard alphabet (`=` is not).
+fn is_data(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'+' || b == b'/'
 }
 
 /// Decodes `text` under the strict rules of FILES.md §2.2 step 2:
@@ -137,7 +109,7 @@ pub fn decode_strict(text: &str) -> Result<Vec<u8>, Base64Error> {
     // Character checks come first, in text order, so that the reported
     // offset is the first offending character.
     for (offset, &b) in data.iter().enumerate() {
-        if DECODE.get(usize::from(b)) == Some(&INVALID) {
+        if !is_data(b) {
             return Err(Base64Error::InvalidCharacter { offset });
         }
     }
@@ -147,7 +119,7 @@ pub fn decode_strict(text: &str) -> Result<Vec<u8>, Base64Error> {
     for (i, &b) in padding.iter().enumerate() {
         if b != b'=' {
             let offset = data_len + i;
-            return Err(if DECODE.get(usize::from(b)) == Some(&INVALID) {
+            return Err(if !is_data(b) {
                 Base64Error::InvalidCharacter { offset }
             } else {
                 Base64Error::DataAfterPadding { offset }
@@ -170,30 +142,11 @@ pub fn decode_strict(text: &str) -> Result<Vec<u8>, Base64Error> {
         }
     }
 
-    let mut out = Vec::with_capacity(data.len() / 4 * 3 + 2);
-    let mut groups = data.chunks_exact(4);
-    for group in &mut groups {
-        let n = sextets(group);
-        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
-    }
-    let tail = groups.remainder();
-    // The tail's sextets are left-aligned in a 24-bit value; the bits below
-    // the last whole byte are the "unused trailing bits", deliberately ignored.
-    let n = sextets(tail) << (6 * (4 - tail.len()));
-    match tail.len() {
-        2 => out.push((n >> 16) as u8),
-        3 => out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8]),
-        _ => {}
-    }
-    Ok(out)
-}
-
-/// Packs up to four already-validated alphabet characters into one integer,
-/// six bits each, first character most significant.
-fn sextets(chars: &[u8]) -> u32 {
-    chars.iter().fold(0, |n, &b| {
-        let value = DECODE.get(usize::from(b)).copied().unwrap_or(0);
-        (n << 6) | u32::from(value & 0x3F)
+    // Every rule above has been checked, so the decoder cannot refuse the
+    // data; should it, its offset still names the character it stopped at.
+    DECODER.decode(data).map_err(|e| match e {
+        base64::DecodeError::InvalidByte(offset, _) => Base64Error::InvalidCharacter { offset },
+        _ => Base64Error::IncompleteGroup,
     })
 }
 
@@ -201,13 +154,13 @@ fn sextets(chars: &[u8]) -> u32 {
 mod tests {
     use super::*;
 
+    /// The character check and the crate's alphabet must agree, or a text
+    /// could pass the rules and still be refused (or the reverse).
     #[test]
-    fn decode_table_is_the_inverse_of_the_alphabet() {
-        for (value, &symbol) in ALPHABET.iter().enumerate() {
-            assert_eq!(usize::from(DECODE[usize::from(symbol)]), value);
+    fn data_characters_are_exactly_the_decoder_alphabet() {
+        for b in 0..=u8::MAX {
+            let accepted = DECODER.decode([b, b'A']).is_ok();
+            assert_eq!(is_data(b), accepted, "byte {b:#04x}");
         }
-        let valid = DECODE.iter().filter(|&&v| v != INVALID).count();
-        assert_eq!(valid, 64);
-        assert_eq!(DECODE[usize::from(b'=')], INVALID);
     }
 }

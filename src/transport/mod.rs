@@ -4,7 +4,7 @@
 //!
 //! The module tree follows the opening of a connection: [`url`] checks the
 //! URL, [`proxy`] decides on and speaks HTTP `CONNECT`, [`tls`] verifies the
-//! server (web PKI roots, `--ca-file`, SPKI pins via [`der`]), [`connector`]
+//! server (web PKI roots, `--ca-file`, SPKI pins), [`connector`]
 //! runs the steps, `upgrade` asks for the WebSocket and classifies the
 //! answer (reading a refusal's explanation), [`connection`] shares
 //! the open socket between one reader and writer threads, [`keepalive`]
@@ -20,7 +20,6 @@
 
 pub mod connection;
 pub mod connector;
-pub mod der;
 pub mod error;
 pub mod http;
 pub mod keepalive;

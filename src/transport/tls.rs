@@ -20,13 +20,13 @@ use rustls::client::{Resumption, WebPkiServerVerifier};
 use rustls::crypto::ring;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
 use rustls::{
     CertificateError, ClientConfig, ClientConnection, DigitallySignedStruct, OtherError,
     RootCertStore, SignatureScheme,
 };
 use sha2::{Digest, Sha256};
 
-use super::der;
 use super::error::{CaFileProblem, Stage, TransportError};
 use super::stream::Paced;
 use super::url::Host;
@@ -214,10 +214,12 @@ impl fmt::Display for PinMismatch {
 
 impl std::error::Error for PinMismatch {}
 
-/// The SHA-256 digest of the DER SubjectPublicKeyInfo of `certificate`.
-pub fn spki_sha256(certificate: &[u8]) -> Result<[u8; 32], der::DerError> {
-    let spki = der::subject_public_key_info(certificate)?;
-    Ok(Sha256::digest(spki).into())
+/// The SHA-256 digest of the DER SubjectPublicKeyInfo of the X.509
+/// certificate `certificate`, as rustls' certificate parser finds it.
+pub fn spki_sha256(certificate: &[u8]) -> Result<[u8; 32], rustls::Error> {
+    let certificate = CertificateDer::from(certificate);
+    let parsed = ParsedCertificate::try_from(&certificate)?;
+    Ok(Sha256::digest(parsed.subject_public_key_info()).into())
 }
 
 /// Web PKI verification, then the pin check on the leaf.
