@@ -16,8 +16,8 @@ use zeroize::Zeroizing;
 
 use super::connector::{Connector, dial, is_timeout};
 use super::error::{Stage, TransportError};
-use super::proxy::open_tunnel;
 use super::stream::{Paced, Stream};
+use super::tunnel::open_tunnel;
 use super::url::WsUrl;
 
 /// Longest response head accepted.

@@ -3,7 +3,8 @@
 //! I/O without an async runtime.
 //!
 //! The module tree follows the opening of a connection: [`url`] checks the
-//! URL, [`proxy`] decides on and speaks HTTP `CONNECT`, [`tls`] verifies the
+//! URL, [`proxy`] decides on a proxy, [`tunnel`] speaks HTTP `CONNECT` to
+//! it, [`tls`] verifies the
 //! server (web PKI roots, `--ca-file`, SPKI pins via [`der`]), [`connector`]
 //! runs the steps, `upgrade` asks for the WebSocket and classifies the
 //! answer (reading a refusal's explanation), [`connection`] shares
@@ -27,6 +28,7 @@ pub mod keepalive;
 pub mod proxy;
 mod stream;
 pub mod tls;
+pub mod tunnel;
 mod upgrade;
 pub mod url;
 
@@ -37,9 +39,10 @@ pub use connector::{Connector, OPENING_TIMEOUT, websocket_config};
 pub use error::{CaFileProblem, Disposition, Stage, TransportError};
 pub use http::HttpResponse;
 pub use keepalive::{Keepalive, KeepaliveAction, PING_INTERVAL, PONG_TIMEOUT};
-pub use proxy::{ProxyConfig, ProxyResponseProblem, ProxyServer, ProxySettingProblem};
+pub use proxy::{ProxyConfig, ProxyServer, ProxySettingProblem};
 pub use stream::POLL_INTERVAL;
 pub use tls::{TlsSettings, spki_sha256};
+pub use tunnel::ProxyResponseProblem;
 pub use url::{Host, UrlError, WsUrl};
 
 /// Largest WebSocket message in either direction (PROTOCOL.md §1.4).
