@@ -11,7 +11,7 @@
 //! the open socket between one reader and writer threads, [`keepalive`]
 //! times the WebSocket pings, [`error`] names every failure. [`http`] sends
 //! the OAuth requests over the same dialling, proxy and TLS steps, and
-//! reads every HTTP response head, the upgrade's too.
+//! reads every HTTP response head, the upgrade's and `CONNECT`'s too.
 //!
 //! The transport moves whole messages as bytes; it never parses a frame's
 //! JSON (that is the protocol layer's), never listens on a port, never reads

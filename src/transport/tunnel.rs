@@ -8,11 +8,12 @@
 //! proxy to use, and its credentials, are [`super::proxy`]'s.
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{Read, Write};
 
 use zeroize::Zeroizing;
 
 use super::error::{Stage, TransportError};
+use super::http::{HeadFault, HeadLimits, io_error, read_head_within};
 use super::proxy::ProxyServer;
 use super::url::Host;
 
@@ -71,67 +72,38 @@ pub(crate) fn open_tunnel<S: Read + Write>(
     stream
         .write_all(&request)
         .and_then(|()| stream.flush())
-        .map_err(proxy_io)?;
+        .map_err(|e| io_error(Stage::Proxy, e))?;
+    read_connect_reply(stream)
+}
 
-    let (head, more) = read_head(stream)?;
-    match parse_connect_response(&head).map_err(TransportError::ProxyResponse)? {
+/// Reads the proxy's answer to `CONNECT` from `stream`: `Ok` for a `200`
+/// head with nothing after it, the refusal's status otherwise. Public so
+/// that the reader can be fuzzed on bytes.
+pub fn read_connect_reply<S: Read>(stream: &mut S) -> Result<(), TransportError> {
+    let limits = HeadLimits {
+        bytes: MAX_PROXY_RESPONSE_BYTES,
+        headers: MAX_PROXY_RESPONSE_HEADERS,
+    };
+    let head = read_head_within(stream, Stage::Proxy, limits, |fault| {
+        TransportError::ProxyResponse(match fault {
+            HeadFault::Ended => ProxyResponseProblem::Truncated,
+            HeadFault::TooLarge | HeadFault::Unparsable(httparse::Error::TooManyHeaders) => {
+                ProxyResponseProblem::TooLarge
+            }
+            HeadFault::Unparsable(_) => ProxyResponseProblem::Malformed,
+        })
+    })?;
+    // httparse is lenient where a proxy answer must not be (a bare LF, a
+    // status of 000): the head is checked again, strictly.
+    match parse_connect_response(&head.bytes).map_err(TransportError::ProxyResponse)? {
         // Bytes after a 200 would be taken for the server's: refused.
-        200 if more => Err(TransportError::ProxyResponse(
+        200 if !head.rest.is_empty() => Err(TransportError::ProxyResponse(
             ProxyResponseProblem::DataAfterResponse,
         )),
         200 => Ok(()),
         // A refusal commonly carries a page; its status is what matters.
         status => Err(TransportError::ProxyRefused { status }),
     }
-}
-
-fn proxy_io(source: io::Error) -> TransportError {
-    match source.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            TransportError::Timeout(Stage::Proxy)
-        }
-        _ => TransportError::Io {
-            stage: Stage::Proxy,
-            source,
-        },
-    }
-}
-
-/// Reads up to and including the blank line that ends the response head,
-/// and whether more bytes arrived with it (a refusal's page, or data that
-/// must not precede our ClientHello on a tunnel).
-fn read_head<S: Read>(stream: &mut S) -> Result<(Vec<u8>, bool), TransportError> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = match stream.read(&mut chunk) {
-            Ok(0) => {
-                return Err(TransportError::ProxyResponse(
-                    ProxyResponseProblem::Truncated,
-                ));
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(proxy_io(e)),
-        };
-        let search_from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..n]);
-        if let Some(at) = find_blank_line(&head[search_from..]) {
-            let end = search_from + at + 4;
-            let more = end != head.len();
-            head.truncate(end);
-            return Ok((head, more));
-        }
-        if head.len() > MAX_PROXY_RESPONSE_BYTES {
-            return Err(TransportError::ProxyResponse(
-                ProxyResponseProblem::TooLarge,
-            ));
-        }
-    }
-}
-
-fn find_blank_line(bytes: &[u8]) -> Option<usize> {
-    bytes.windows(4).position(|w| w == b"\r\n\r\n")
 }
 
 /// The status code of a `CONNECT` response head (ending in an empty line):
@@ -225,7 +197,7 @@ fn is_text(b: u8) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::io::Cursor;
+    use std::io::{self, Cursor};
     use std::net::Ipv6Addr;
 
     use super::*;
