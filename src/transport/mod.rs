@@ -12,6 +12,7 @@
 //! times the WebSocket pings, [`error`] names every failure. [`http`] sends
 //! the OAuth requests over the same dialling, proxy and TLS steps, and
 //! reads every HTTP response head, the upgrade's and `CONNECT`'s too.
+//! [`percent`] is the one percent codec, for every URL component.
 //!
 //! The transport moves whole messages as bytes; it never parses a frame's
 //! JSON (that is the protocol layer's), never listens on a port, never reads
@@ -25,6 +26,7 @@ pub mod der;
 pub mod error;
 pub mod http;
 pub mod keepalive;
+pub mod percent;
 pub mod proxy;
 mod stream;
 pub mod tls;

@@ -18,6 +18,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use zeroize::Zeroizing;
 
 use super::error::TransportError;
+use super::percent;
 use super::url::{Host, UrlError, split_authority};
 use crate::text::one_line;
 
@@ -153,34 +154,14 @@ impl fmt::Debug for ProxyServer {
 fn basic_authorization(userinfo: &str) -> Result<Zeroizing<String>, ProxySettingProblem> {
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
     let mut pair = Zeroizing::new(Vec::with_capacity(userinfo.len()));
-    percent_decode_into(user, &mut pair)?;
+    // Room for both halves up front: no growing copy of them is left.
+    percent::decode_into(user, &mut pair).map_err(|_| ProxySettingProblem::Escape)?;
     pair.push(b':');
-    percent_decode_into(password, &mut pair)?;
+    percent::decode_into(password, &mut pair).map_err(|_| ProxySettingProblem::Escape)?;
     let mut value = Zeroizing::new(String::with_capacity(6 + pair.len().div_ceil(3) * 4));
     value.push_str("Basic ");
     BASE64.encode_string(pair.as_slice(), &mut value);
     Ok(value)
-}
-
-fn percent_decode_into(text: &str, out: &mut Vec<u8>) -> Result<(), ProxySettingProblem> {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or(ProxySettingProblem::Escape)?;
-            let digits = std::str::from_utf8(hex).map_err(|_| ProxySettingProblem::Escape)?;
-            if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(ProxySettingProblem::Escape);
-            }
-            let byte = u8::from_str_radix(digits, 16).map_err(|_| ProxySettingProblem::Escape)?;
-            out.push(byte);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Ok(())
 }
 
 /// One `NO_PROXY` entry.
