@@ -365,3 +365,55 @@ fn malformed(why: &str) -> TransportError {
 fn too_large(max: usize) -> TransportError {
     TransportError::MessageTooLarge { size: max + 1 }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn response(bytes: &[u8], max_body: usize) -> Result<HttpResponse, TransportError> {
+        read_response(&mut &bytes[..], max_body)
+    }
+
+    #[test]
+    fn a_chunked_body_is_joined_and_bounded() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+        let answer = response(raw, 5).unwrap();
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body.as_slice(), b"abcde");
+        assert!(matches!(
+            response(raw, 4),
+            Err(TransportError::MessageTooLarge { size: 5 })
+        ));
+    }
+
+    #[test]
+    fn a_head_of_more_than_sixty_four_headers_is_refused() {
+        let head = |count: usize| {
+            let mut raw = b"HTTP/1.1 204 No Content\r\n".to_vec();
+            for i in 0..count {
+                raw.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+            }
+            raw.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+            raw
+        };
+        assert_eq!(response(&head(63), 0).unwrap().status, 204);
+        match response(&head(64), 0) {
+            Err(TransportError::Protocol(why)) => {
+                assert_eq!(
+                    why,
+                    "HTTP response: unreadable response head: too many headers"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match response(b"HTTP/1.1 200 OK\r\n", 0) {
+            Err(TransportError::Protocol(why)) => assert_eq!(
+                why,
+                "HTTP response: the connection ended before the response head"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}

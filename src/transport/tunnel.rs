@@ -348,4 +348,51 @@ mod tests {
             Ok(503)
         );
     }
+    fn reply_with_headers(count: usize) -> Vec<u8> {
+        let mut reply = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..count {
+            reply.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        reply.extend_from_slice(b"\r\n");
+        reply
+    }
+
+    #[test]
+    fn a_reply_may_carry_a_hundred_header_lines_and_no_more() {
+        assert!(read_connect_reply(&mut reply_with_headers(100).as_slice()).is_ok());
+        assert!(matches!(
+            read_connect_reply(&mut reply_with_headers(101).as_slice()),
+            Err(TransportError::ProxyResponse(
+                ProxyResponseProblem::TooLarge
+            ))
+        ));
+    }
+
+    /// A reader that hands out one byte per read.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some((&first, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            match buf.first_mut() {
+                Some(slot) => *slot = first,
+                None => return Ok(0),
+            }
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn a_reply_arriving_byte_by_byte_is_read_to_its_empty_line() {
+        let mut reply = Trickle(b"HTTP/1.1 200 Connection established\r\nVia: p\r\n\r\n");
+        assert!(read_connect_reply(&mut reply).is_ok());
+        let mut refusal = Trickle(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+        assert!(matches!(
+            read_connect_reply(&mut refusal),
+            Err(TransportError::ProxyRefused { status: 502 })
+        ));
+    }
 }
