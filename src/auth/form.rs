@@ -6,10 +6,12 @@
 
 use zeroize::Zeroizing;
 
+use crate::transport::percent;
+
 /// Encodes one value: the percent-encoding of the WebSocket path, with
 /// `+` for a space.
 pub fn encode(value: &str) -> String {
-    crate::config::pct_encode(value).replace("%20", "+")
+    percent::encode(value).replace("%20", "+")
 }
 
 /// `name=value&…` in the given order. The result may hold secrets (codes,
@@ -42,43 +44,11 @@ pub fn parse_query(query: &str) -> Vec<(String, Zeroizing<String>)> {
 }
 
 fn decode(text: &str) -> Zeroizing<String> {
-    let bytes = text.as_bytes();
-    let mut out = Zeroizing::new(Vec::with_capacity(bytes.len()));
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 3;
-                }
-                _ => {
-                    out.push(b'%');
-                    i += 1;
-                }
-            },
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
+    let mut out = Zeroizing::new(Vec::with_capacity(text.len()));
+    percent::decode_form_into(text, &mut out);
     match String::from_utf8(out.to_vec()) {
         Ok(s) => Zeroizing::new(s),
         Err(_) => Zeroizing::new(text.to_owned()),
-    }
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 

@@ -11,6 +11,10 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+/// Percent-encodes a URL component (the session id of a data connection
+/// URL); the codec is [`crate::transport::percent`].
+pub use crate::transport::percent::encode as pct_encode;
+
 /// Schemes allowed for `platform_url`.
 pub const PLATFORM_SCHEMES: &[&str] = &["https", "wss", "http", "ws"];
 /// Schemes allowed for `platform_oauth_url`.
@@ -107,26 +111,6 @@ pub fn ws_ify(url: &str) -> String {
     } else {
         url.to_owned()
     }
-}
-
-/// Percent-encodes every UTF-8 byte outside `A–Z a–z 0–9 _ . - ~`, with
-/// upper-case hex (`:` → `%3A`, `/` → `%2F`).
-pub fn pct_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for &b in text.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(hex_digit(b >> 4));
-            out.push(hex_digit(b & 0x0f));
-        }
-    }
-    out
-}
-
-fn hex_digit(nibble: u8) -> char {
-    char::from(b"0123456789ABCDEF"[usize::from(nibble & 0x0f)])
 }
 
 /// Why a URL is refused.

@@ -15,7 +15,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::proxy::{ProxyResponseProblem, ProxySettingProblem};
+use super::proxy::ProxySettingProblem;
+use super::tunnel::ProxyResponseProblem;
 use super::url::UrlError;
 use crate::text::{excerpt, one_line};
 

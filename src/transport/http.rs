@@ -7,7 +7,8 @@
 //! exchange, and no redirects — a 3xx is just a status the caller refuses.
 //! It never logs or keeps the request body, which carries codes and tokens.
 //! Its response reader (a bounded head, then a bounded body) also reads the
-//! answer to the WebSocket upgrade.
+//! answer to the WebSocket upgrade, and its head reader, within the
+//! proxy's bounds, the answer to `CONNECT`.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ use zeroize::Zeroizing;
 
 use super::connector::{Connector, dial, is_timeout};
 use super::error::{Stage, TransportError};
-use super::proxy::open_tunnel;
 use super::stream::{Paced, Stream};
+use super::tunnel::open_tunnel;
 use super::url::WsUrl;
 
 /// Longest response head accepted.
@@ -100,9 +101,13 @@ pub(super) fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
     }
 }
 
-/// Reads the head and the body (by `Content-Length`, chunked, or to the end
-/// of the connection).
-fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, TransportError> {
+/// Reads a whole response from `stream`: the head, then the body (by
+/// `Content-Length`, chunked, or to the end of the connection) of at most
+/// `max_body` bytes. Public so that the parser can be fuzzed on bytes.
+pub fn read_response<S: Read>(
+    stream: &mut S,
+    max_body: usize,
+) -> Result<HttpResponse, TransportError> {
     let head = read_head(stream, Stage::Read)?;
     let status = head.status;
     let body = read_body(stream, head, max_body)?;
@@ -113,10 +118,12 @@ fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, T
 pub(super) struct Head {
     /// The status code.
     pub status: u16,
+    /// The head's bytes, up to and including the empty line that ends it.
+    pub bytes: Zeroizing<Vec<u8>>,
     /// Every header, its name lower-cased, in order.
     headers: Vec<(String, Vec<u8>)>,
     /// The bytes read after the head: the start of the body, or of the
-    /// WebSocket stream after a 101.
+    /// WebSocket stream after a 101, or of a proxy tunnel.
     pub rest: Zeroizing<Vec<u8>>,
     /// The stage read errors are reported at.
     stage: Stage,
@@ -137,46 +144,88 @@ impl Head {
     }
 }
 
-/// Reads a response head of at most [`MAX_HEAD`] bytes; read errors and
-/// timeouts are reported at `stage`.
-pub(super) fn read_head(stream: &mut Stream, stage: Stage) -> Result<Head, TransportError> {
+/// How much of a response head a reader accepts.
+#[derive(Clone, Copy)]
+pub(super) struct HeadLimits {
+    /// Bytes read without finding the end of the head.
+    pub bytes: usize,
+    /// Header lines.
+    pub headers: usize,
+}
+
+/// Why a response head was not read; each caller names these its way.
+pub(super) enum HeadFault {
+    /// The connection ended before the end of the head.
+    Ended,
+    /// The head is longer than its limit allows.
+    TooLarge,
+    /// httparse refused the head (`TooManyHeaders` included).
+    Unparsable(httparse::Error),
+}
+
+/// Reads a response head of at most [`MAX_HEAD`] bytes and 64 headers;
+/// read errors and timeouts are reported at `stage`.
+pub(super) fn read_head<S: Read>(stream: &mut S, stage: Stage) -> Result<Head, TransportError> {
+    let limits = HeadLimits {
+        bytes: MAX_HEAD,
+        headers: 64,
+    };
+    read_head_within(stream, stage, limits, |fault| match fault {
+        HeadFault::Ended => malformed("the connection ended before the response head"),
+        HeadFault::TooLarge => malformed("the response head is too large"),
+        HeadFault::Unparsable(e) => malformed(&format!("unreadable response head: {e}")),
+    })
+}
+
+/// Reads a response head within `limits`; read errors and timeouts are
+/// reported at `stage`, every other failure as `fault` names it.
+pub(super) fn read_head_within<S: Read>(
+    stream: &mut S,
+    stage: Stage,
+    limits: HeadLimits,
+    fault: impl Fn(HeadFault) -> TransportError,
+) -> Result<Head, TransportError> {
     let mut buffer = Zeroizing::new(Vec::with_capacity(4096));
     let mut chunk = [0u8; 4096];
     loop {
         let n = read_some(stream, &mut chunk, stage)?;
         if n == 0 {
-            return Err(malformed("the connection ended before the response head"));
+            return Err(fault(HeadFault::Ended));
         }
         buffer.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut response = httparse::Response::new(&mut headers);
+        let mut slots = vec![httparse::EMPTY_HEADER; limits.headers];
+        let mut response = httparse::Response::new(&mut slots);
         match response.parse(&buffer) {
             Ok(httparse::Status::Complete(len)) => {
-                let status = response.code.ok_or_else(|| malformed("no status code"))?;
+                let status = response
+                    .code
+                    .ok_or_else(|| fault(HeadFault::Unparsable(httparse::Error::Status)))?;
                 let headers = response
                     .headers
                     .iter()
                     .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
                     .collect();
+                let rest = Zeroizing::new(buffer.split_off(len));
                 return Ok(Head {
                     status,
+                    bytes: buffer,
                     headers,
-                    rest: Zeroizing::new(buffer[len..].to_vec()),
+                    rest,
                     stage,
                 });
             }
-            Ok(httparse::Status::Partial) if buffer.len() > MAX_HEAD => {
-                return Err(malformed("the response head is too large"));
+            Ok(httparse::Status::Partial) if buffer.len() > limits.bytes => {
+                return Err(fault(HeadFault::TooLarge));
             }
             Ok(httparse::Status::Partial) => {}
-            Err(e) => return Err(malformed(&format!("unreadable response head: {e}"))),
+            Err(e) => return Err(fault(HeadFault::Unparsable(e))),
         }
     }
 }
 
 /// Reads the body that follows `head`, of at most `max_body` bytes.
-pub(super) fn read_body(
-    stream: &mut Stream,
+pub(super) fn read_body<S: Read>(
+    stream: &mut S,
     head: Head,
     max_body: usize,
 ) -> Result<Zeroizing<Vec<u8>>, TransportError> {
@@ -246,8 +295,8 @@ fn framing(head: &Head) -> Result<Framing, TransportError> {
 
 /// Chunked transfer coding, with the body bound applied to the decoded
 /// size and the chunk-size lines bounded too.
-fn dechunk(
-    stream: &mut Stream,
+fn dechunk<S: Read>(
+    stream: &mut S,
     mut raw: Zeroizing<Vec<u8>>,
     max_body: usize,
     stage: Stage,
@@ -292,7 +341,11 @@ fn dechunk(
 }
 
 /// One read; timeouts surface as `Timeout` at `stage`.
-fn read_some(stream: &mut Stream, buf: &mut [u8], stage: Stage) -> Result<usize, TransportError> {
+fn read_some<S: Read>(
+    stream: &mut S,
+    buf: &mut [u8],
+    stage: Stage,
+) -> Result<usize, TransportError> {
     loop {
         match stream.read(buf) {
             Ok(n) => return Ok(n),
@@ -311,4 +364,56 @@ fn malformed(why: &str) -> TransportError {
 
 fn too_large(max: usize) -> TransportError {
     TransportError::MessageTooLarge { size: max + 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn response(bytes: &[u8], max_body: usize) -> Result<HttpResponse, TransportError> {
+        read_response(&mut &bytes[..], max_body)
+    }
+
+    #[test]
+    fn a_chunked_body_is_joined_and_bounded() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+        let answer = response(raw, 5).unwrap();
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body.as_slice(), b"abcde");
+        assert!(matches!(
+            response(raw, 4),
+            Err(TransportError::MessageTooLarge { size: 5 })
+        ));
+    }
+
+    #[test]
+    fn a_head_of_more_than_sixty_four_headers_is_refused() {
+        let head = |count: usize| {
+            let mut raw = b"HTTP/1.1 204 No Content\r\n".to_vec();
+            for i in 0..count {
+                raw.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+            }
+            raw.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+            raw
+        };
+        assert_eq!(response(&head(63), 0).unwrap().status, 204);
+        match response(&head(64), 0) {
+            Err(TransportError::Protocol(why)) => {
+                assert_eq!(
+                    why,
+                    "HTTP response: unreadable response head: too many headers"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match response(b"HTTP/1.1 200 OK\r\n", 0) {
+            Err(TransportError::Protocol(why)) => assert_eq!(
+                why,
+                "HTTP response: the connection ended before the response head"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -3,14 +3,16 @@
 //! I/O without an async runtime.
 //!
 //! The module tree follows the opening of a connection: [`url`] checks the
-//! URL, [`proxy`] decides on and speaks HTTP `CONNECT`, [`tls`] verifies the
-//! server (web PKI roots, `--ca-file`, SPKI pins), [`connector`]
+//! URL, [`proxy`] decides on a proxy, [`tunnel`] speaks HTTP `CONNECT` to
+//! it, [`tls`] verifies the server (web PKI roots, `--ca-file`, SPKI pins),
+//! [`connector`]
 //! runs the steps, `upgrade` asks for the WebSocket and classifies the
 //! answer (reading a refusal's explanation), [`connection`] shares
 //! the open socket between one reader and writer threads, [`keepalive`]
 //! times the WebSocket pings, [`error`] names every failure. [`http`] sends
 //! the OAuth requests over the same dialling, proxy and TLS steps, and
-//! reads every HTTP response head, the upgrade's too.
+//! reads every HTTP response head, the upgrade's and `CONNECT`'s too.
+//! [`percent`] is the one percent codec, for every URL component.
 //!
 //! The transport moves whole messages as bytes; it never parses a frame's
 //! JSON (that is the protocol layer's), never listens on a port, never reads
@@ -23,9 +25,11 @@ pub mod connector;
 pub mod error;
 pub mod http;
 pub mod keepalive;
+pub mod percent;
 pub mod proxy;
 mod stream;
 pub mod tls;
+pub mod tunnel;
 mod upgrade;
 pub mod url;
 
@@ -36,9 +40,10 @@ pub use connector::{Connector, OPENING_TIMEOUT, websocket_config};
 pub use error::{CaFileProblem, Disposition, Stage, TransportError};
 pub use http::HttpResponse;
 pub use keepalive::{Keepalive, KeepaliveAction, PING_INTERVAL, PONG_TIMEOUT};
-pub use proxy::{ProxyConfig, ProxyResponseProblem, ProxyServer, ProxySettingProblem};
+pub use proxy::{ProxyConfig, ProxyServer, ProxySettingProblem};
 pub use stream::POLL_INTERVAL;
 pub use tls::{TlsSettings, spki_sha256};
+pub use tunnel::ProxyResponseProblem;
 pub use url::{Host, UrlError, WsUrl};
 
 /// Largest WebSocket message in either direction (PROTOCOL.md §1.4).

@@ -1,32 +1,27 @@
-//! HTTP `CONNECT` proxies (PROTOCOL.md §1.2a): the `HTTPS_PROXY` /
-//! `NO_PROXY` decision and the tunnel exchange.
+//! HTTP `CONNECT` proxy settings (PROTOCOL.md §1.2a): the `HTTPS_PROXY` /
+//! `NO_PROXY` decision of which connections go through a proxy, and the
+//! proxy's address and credentials.
 //!
-//! This module owns which connections go through a proxy and the bytes of
-//! the `CONNECT` request and its response. The environment is handed in as
-//! data, never read here. It must never send anything but the `CONNECT`
-//! request to the proxy (the TLS handshake and everything after it run end
-//! to end through the tunnel), never route a loopback host through a proxy
-//! taken from the environment, never accept a proxy URL other than
-//! `http://`, and never show the proxy credentials: they are held in
-//! zeroizing buffers and left out of every `Debug` and error message.
+//! The environment is handed in as data, never read here. It must never
+//! route a loopback host through a proxy taken from the environment, never
+//! accept a proxy URL other than `http://`, and never show the proxy
+//! credentials: they are held in zeroizing buffers and left out of every
+//! `Debug`, `Display` and error message. The exchange with the proxy is
+//! [`super::tunnel`]'s.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
-use std::io::{self, Read, Write};
 use std::net::IpAddr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use zeroize::Zeroizing;
 
-use super::error::{Stage, TransportError};
+use super::error::TransportError;
+use super::percent;
 use super::url::{Host, UrlError, split_authority};
 use crate::text::one_line;
 
-/// Largest `CONNECT` response head accepted (status line and headers).
-pub const MAX_PROXY_RESPONSE_BYTES: usize = 16 * 1024;
-/// Most header lines accepted in a `CONNECT` response.
-const MAX_PROXY_RESPONSE_HEADERS: usize = 100;
 /// The port of an `http://` proxy URL that names none.
 const DEFAULT_PROXY_PORT: u16 = 80;
 
@@ -69,33 +64,6 @@ impl fmt::Display for ProxySettingProblem {
                 "the value contains whitespace, control characters or non-ASCII characters",
             ),
         }
-    }
-}
-
-/// Why the proxy's answer to `CONNECT` is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ProxyResponseProblem {
-    /// The connection ended before the end of the response head.
-    Truncated,
-    /// The head is longer than [`MAX_PROXY_RESPONSE_BYTES`] or has more
-    /// than 100 header lines.
-    TooLarge,
-    /// The status line or a header line is malformed.
-    Malformed,
-    /// Bytes followed a `200` head before anything was sent through the
-    /// tunnel.
-    DataAfterResponse,
-}
-
-impl fmt::Display for ProxyResponseProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProxyResponseProblem::Truncated => "the proxy closed the connection mid-response",
-            ProxyResponseProblem::TooLarge => "the response head is too large",
-            ProxyResponseProblem::Malformed => "the response is not well-formed HTTP/1.x",
-            ProxyResponseProblem::DataAfterResponse => "unexpected data after the response",
-        })
     }
 }
 
@@ -156,6 +124,17 @@ impl ProxyServer {
     pub fn has_credentials(&self) -> bool {
         self.authorization.is_some()
     }
+
+    /// The `Proxy-Authorization` value, when the URL carried credentials.
+    pub(super) fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref().map(String::as_str)
+    }
+}
+
+impl fmt::Display for ProxyServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}", one_line(&self.host.with_port(self.port)))
+    }
 }
 
 impl fmt::Debug for ProxyServer {
@@ -175,34 +154,14 @@ impl fmt::Debug for ProxyServer {
 fn basic_authorization(userinfo: &str) -> Result<Zeroizing<String>, ProxySettingProblem> {
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
     let mut pair = Zeroizing::new(Vec::with_capacity(userinfo.len()));
-    percent_decode_into(user, &mut pair)?;
+    // Room for both halves up front: no growing copy of them is left.
+    percent::decode_into(user, &mut pair).map_err(|_| ProxySettingProblem::Escape)?;
     pair.push(b':');
-    percent_decode_into(password, &mut pair)?;
+    percent::decode_into(password, &mut pair).map_err(|_| ProxySettingProblem::Escape)?;
     let mut value = Zeroizing::new(String::with_capacity(6 + pair.len().div_ceil(3) * 4));
     value.push_str("Basic ");
     BASE64.encode_string(pair.as_slice(), &mut value);
     Ok(value)
-}
-
-fn percent_decode_into(text: &str, out: &mut Vec<u8>) -> Result<(), ProxySettingProblem> {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or(ProxySettingProblem::Escape)?;
-            let digits = std::str::from_utf8(hex).map_err(|_| ProxySettingProblem::Escape)?;
-            if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(ProxySettingProblem::Escape);
-            }
-            let byte = u8::from_str_radix(digits, 16).map_err(|_| ProxySettingProblem::Escape)?;
-            out.push(byte);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Ok(())
 }
 
 /// One `NO_PROXY` entry.
@@ -372,190 +331,10 @@ fn names_equal(a: &OsStr, b: &str) -> bool {
     a == b
 }
 
-/// Asks the proxy on `stream` for a tunnel to `target:port` and reads its
-/// answer. On success the stream is positioned at the first byte of the
-/// tunnel.
-pub(crate) fn open_tunnel<S: Read + Write>(
-    stream: &mut S,
-    proxy: &ProxyServer,
-    target: &Host,
-    port: u16,
-) -> Result<(), TransportError> {
-    let authority = target.with_port(port);
-    let mut request = Zeroizing::new(Vec::with_capacity(256));
-    request.extend_from_slice(
-        format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n").as_bytes(),
-    );
-    if let Some(authorization) = &proxy.authorization {
-        request.extend_from_slice(b"Proxy-Authorization: ");
-        request.extend_from_slice(authorization.as_bytes());
-        request.extend_from_slice(b"\r\n");
-    }
-    request.extend_from_slice(b"\r\n");
-    stream
-        .write_all(&request)
-        .and_then(|()| stream.flush())
-        .map_err(proxy_io)?;
-
-    let (head, more) = read_head(stream)?;
-    match parse_connect_response(&head).map_err(TransportError::ProxyResponse)? {
-        // Bytes after a 200 would be taken for the server's: refused.
-        200 if more => Err(TransportError::ProxyResponse(
-            ProxyResponseProblem::DataAfterResponse,
-        )),
-        200 => Ok(()),
-        // A refusal commonly carries a page; its status is what matters.
-        status => Err(TransportError::ProxyRefused { status }),
-    }
-}
-
-fn proxy_io(source: io::Error) -> TransportError {
-    match source.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            TransportError::Timeout(Stage::Proxy)
-        }
-        _ => TransportError::Io {
-            stage: Stage::Proxy,
-            source,
-        },
-    }
-}
-
-/// Reads up to and including the blank line that ends the response head,
-/// and whether more bytes arrived with it (a refusal's page, or data that
-/// must not precede our ClientHello on a tunnel).
-fn read_head<S: Read>(stream: &mut S) -> Result<(Vec<u8>, bool), TransportError> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = match stream.read(&mut chunk) {
-            Ok(0) => {
-                return Err(TransportError::ProxyResponse(
-                    ProxyResponseProblem::Truncated,
-                ));
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(proxy_io(e)),
-        };
-        let search_from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..n]);
-        if let Some(at) = find_blank_line(&head[search_from..]) {
-            let end = search_from + at + 4;
-            let more = end != head.len();
-            head.truncate(end);
-            return Ok((head, more));
-        }
-        if head.len() > MAX_PROXY_RESPONSE_BYTES {
-            return Err(TransportError::ProxyResponse(
-                ProxyResponseProblem::TooLarge,
-            ));
-        }
-    }
-}
-
-fn find_blank_line(bytes: &[u8]) -> Option<usize> {
-    bytes.windows(4).position(|w| w == b"\r\n\r\n")
-}
-
-/// The status code of a `CONNECT` response head (ending in an empty line):
-/// `HTTP/1.0` or `HTTP/1.1`, a three-digit status, an optional reason,
-/// then well-formed `name: value` lines, all ending in CRLF.
-pub fn parse_connect_response(head: &[u8]) -> Result<u16, ProxyResponseProblem> {
-    if head.len() > MAX_PROXY_RESPONSE_BYTES {
-        return Err(ProxyResponseProblem::TooLarge);
-    }
-    let body = head
-        .strip_suffix(b"\r\n\r\n")
-        .ok_or(ProxyResponseProblem::Malformed)?;
-    let mut lines = crlf_lines(body)?.into_iter();
-    let status_line = lines.next().ok_or(ProxyResponseProblem::Malformed)?;
-    let status = parse_status_line(status_line)?;
-    let mut count = 0;
-    for line in lines {
-        count += 1;
-        if count > MAX_PROXY_RESPONSE_HEADERS {
-            return Err(ProxyResponseProblem::TooLarge);
-        }
-        check_header_line(line)?;
-    }
-    Ok(status)
-}
-
-/// `body` split at CRLF; a bare CR or LF anywhere is malformed.
-fn crlf_lines(body: &[u8]) -> Result<Vec<&[u8]>, ProxyResponseProblem> {
-    let mut lines = Vec::new();
-    let mut rest = body;
-    loop {
-        match rest.iter().position(|&b| b == b'\r' || b == b'\n') {
-            None => {
-                lines.push(rest);
-                return Ok(lines);
-            }
-            Some(at) if rest.get(at..at + 2) == Some(b"\r\n") => {
-                lines.push(&rest[..at]);
-                rest = &rest[at + 2..];
-            }
-            Some(_) => return Err(ProxyResponseProblem::Malformed),
-        }
-    }
-}
-
-fn parse_status_line(line: &[u8]) -> Result<u16, ProxyResponseProblem> {
-    let rest = line
-        .strip_prefix(b"HTTP/1.1 ")
-        .or_else(|| line.strip_prefix(b"HTTP/1.0 "))
-        .ok_or(ProxyResponseProblem::Malformed)?;
-    let (code, reason) = rest.split_at(rest.len().min(3));
-    if code.len() != 3 || !code.iter().all(u8::is_ascii_digit) || code[0] == b'0' {
-        return Err(ProxyResponseProblem::Malformed);
-    }
-    if !(reason.is_empty() || reason.starts_with(b" ")) || !reason.iter().all(|&b| is_text(b)) {
-        return Err(ProxyResponseProblem::Malformed);
-    }
-    code.iter()
-        .try_fold(0u16, |acc, d| {
-            acc.checked_mul(10)?.checked_add(u16::from(d - b'0'))
-        })
-        .ok_or(ProxyResponseProblem::Malformed)
-}
-
-fn check_header_line(line: &[u8]) -> Result<(), ProxyResponseProblem> {
-    let colon = line
-        .iter()
-        .position(|&b| b == b':')
-        .ok_or(ProxyResponseProblem::Malformed)?;
-    let (name, value) = (&line[..colon], &line[colon + 1..]);
-    if name.is_empty() || !name.iter().all(|&b| is_token_char(b)) {
-        return Err(ProxyResponseProblem::Malformed);
-    }
-    if !value.iter().all(|&b| is_text(b)) {
-        return Err(ProxyResponseProblem::Malformed);
-    }
-    Ok(())
-}
-
-/// `tchar` of RFC 9110 §5.6.2.
-fn is_token_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Visible characters, space, tab and obs-text; no other controls.
-fn is_text(b: u8) -> bool {
-    b == b'\t' || b == b' ' || b.is_ascii_graphic() || b >= 0x80
-}
-
-impl fmt::Display for ProxyServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}", one_line(&self.host.with_port(self.port)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::io::Cursor;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     use super::*;
@@ -731,149 +510,6 @@ mod tests {
         assert_eq!(
             no_password.authorization.as_deref().map(String::as_str),
             Some("Basic dXNlcjo=")
-        );
-    }
-
-    /// A stream that replays `input` and records what is written.
-    struct Scripted {
-        input: Cursor<Vec<u8>>,
-        written: Vec<u8>,
-    }
-
-    impl Read for Scripted {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.input.read(buf)
-        }
-    }
-
-    impl Write for Scripted {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.written.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn tunnel(response: &[u8], proxy: &str, target: Host) -> (Result<(), TransportError>, String) {
-        let mut stream = Scripted {
-            input: Cursor::new(response.to_vec()),
-            written: Vec::new(),
-        };
-        let server = ProxyServer::parse(proxy).unwrap();
-        let result = open_tunnel(&mut stream, &server, &target, 443);
-        (result, String::from_utf8(stream.written).unwrap())
-    }
-
-    #[test]
-    fn the_connect_request_names_the_target_and_carries_the_credentials() {
-        let (result, sent) = tunnel(
-            b"HTTP/1.1 200 Connection established\r\n\r\n",
-            "http://u:p@proxy:1",
-            name("platform.example"),
-        );
-        result.unwrap();
-        assert_eq!(
-            sent,
-            "CONNECT platform.example:443 HTTP/1.1\r\nHost: platform.example:443\r\n\
-             Proxy-Authorization: Basic dTpw\r\n\r\n"
-        );
-        let (result, sent) = tunnel(
-            b"HTTP/1.0 200\r\nVia: x\r\n\r\n",
-            "proxy:1",
-            Host::V6(Ipv6Addr::LOCALHOST),
-        );
-        result.unwrap();
-        assert_eq!(
-            sent,
-            "CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n\r\n"
-        );
-    }
-
-    #[test]
-    fn a_refusal_is_a_transient_error_with_its_status() {
-        let (result, _) = tunnel(
-            b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n\r\n",
-            "proxy:1",
-            name("h"),
-        );
-        let error = result.unwrap_err();
-        assert!(matches!(
-            error,
-            TransportError::ProxyRefused { status: 407 }
-        ));
-        assert!(error.is_transient());
-        let (result, _) = tunnel(
-            b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\n\r\n<html>denied</html>",
-            "proxy:1",
-            name("h"),
-        );
-        assert!(matches!(
-            result,
-            Err(TransportError::ProxyRefused { status: 403 })
-        ));
-    }
-
-    #[test]
-    fn malformed_truncated_oversized_and_overlong_responses_are_refused() {
-        for (response, problem) in [
-            (&b"HTTP/1.1 200 OK\r\n"[..], ProxyResponseProblem::Truncated),
-            (b"", ProxyResponseProblem::Truncated),
-            (
-                b"HTTP/1.1 200 OK\r\n\r\n\x16\x03",
-                ProxyResponseProblem::DataAfterResponse,
-            ),
-            (b"HTTP/2 200\r\n\r\n", ProxyResponseProblem::Malformed),
-            (b"HTTP/1.1 20 OK\r\n\r\n", ProxyResponseProblem::Malformed),
-            (b"HTTP/1.1 2000\r\n\r\n", ProxyResponseProblem::Malformed),
-            (
-                b"HTTP/1.1 200 OK\nX: y\r\n\r\n",
-                ProxyResponseProblem::Malformed,
-            ),
-            (
-                b"HTTP/1.1 200 OK\r\n folded\r\n\r\n",
-                ProxyResponseProblem::Malformed,
-            ),
-            (
-                b"HTTP/1.1 200 OK\r\nNo colon\r\n\r\n",
-                ProxyResponseProblem::Malformed,
-            ),
-            (
-                b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n\r\n",
-                ProxyResponseProblem::Malformed,
-            ),
-        ] {
-            let (result, _) = tunnel(response, "proxy:1", name("h"));
-            match result {
-                Err(TransportError::ProxyResponse(got)) => {
-                    assert_eq!(got, problem, "{:?}", String::from_utf8_lossy(response));
-                }
-                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(response)),
-            }
-        }
-        let mut huge = b"HTTP/1.1 200 OK\r\n".to_vec();
-        while huge.len() <= MAX_PROXY_RESPONSE_BYTES {
-            huge.extend_from_slice(b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
-        }
-        huge.extend_from_slice(b"\r\n");
-        let (result, _) = tunnel(&huge, "proxy:1", name("h"));
-        assert!(matches!(
-            result,
-            Err(TransportError::ProxyResponse(
-                ProxyResponseProblem::TooLarge
-            ))
-        ));
-    }
-
-    #[test]
-    fn the_status_code_is_read_from_a_well_formed_head() {
-        assert_eq!(parse_connect_response(b"HTTP/1.1 200 OK\r\n\r\n"), Ok(200));
-        assert_eq!(
-            parse_connect_response(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
-            ),
-            Ok(503)
         );
     }
 }

@@ -12,6 +12,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use super::percent;
 use crate::config::is_loopback_host;
 
 /// Longest host name accepted (RFC 1035 text form without a trailing dot).
@@ -147,7 +148,7 @@ impl WsUrl {
             Some(b'?') => format!("/{after}"),
             Some(_) => after.to_owned(),
         };
-        check_escapes(&target)?;
+        percent::check(&target).map_err(|_| UrlError::BadEscape)?;
         let parsed = WsUrl {
             secure,
             host,
@@ -255,26 +256,6 @@ fn parse_port(digits: &str) -> Option<u16> {
         return None;
     }
     digits.parse::<u16>().ok().filter(|p| *p != 0)
-}
-
-/// Every `%` starts a `%XX` escape.
-fn check_escapes(target: &str) -> Result<(), UrlError> {
-    let bytes = target.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let escape_ok = bytes
-                .get(i + 1..i + 3)
-                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit));
-            if !escape_ok {
-                return Err(UrlError::BadEscape);
-            }
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
