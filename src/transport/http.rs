@@ -102,11 +102,18 @@ pub(super) fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
 
 /// Reads the head and the body (by `Content-Length`, chunked, or to the end
 /// of the connection).
-fn read_response(stream: &mut Stream, max_body: usize) -> Result<HttpResponse, TransportError> {
+fn read_response(stream: &mut impl Read, max_body: usize) -> Result<HttpResponse, TransportError> {
     let head = read_head(stream, Stage::Read)?;
     let status = head.status;
     let body = read_body(stream, head, max_body)?;
     Ok(HttpResponse { status, body })
+}
+
+/// A whole response read from `bytes` exactly as [`Connector::post`] reads
+/// it from a connection, the end of `bytes` being the end of the stream
+/// (the entry point of the response parser's fuzz target).
+pub fn parse_response(mut bytes: &[u8], max_body: usize) -> Result<HttpResponse, TransportError> {
+    read_response(&mut bytes, max_body)
 }
 
 /// A response head as it was read, and what was read past it.
@@ -139,7 +146,7 @@ impl Head {
 
 /// Reads a response head of at most [`MAX_HEAD`] bytes; read errors and
 /// timeouts are reported at `stage`.
-pub(super) fn read_head(stream: &mut Stream, stage: Stage) -> Result<Head, TransportError> {
+pub(super) fn read_head(stream: &mut impl Read, stage: Stage) -> Result<Head, TransportError> {
     let mut buffer = Zeroizing::new(Vec::with_capacity(4096));
     let mut chunk = [0u8; 4096];
     loop {
@@ -176,7 +183,7 @@ pub(super) fn read_head(stream: &mut Stream, stage: Stage) -> Result<Head, Trans
 
 /// Reads the body that follows `head`, of at most `max_body` bytes.
 pub(super) fn read_body(
-    stream: &mut Stream,
+    stream: &mut impl Read,
     head: Head,
     max_body: usize,
 ) -> Result<Zeroizing<Vec<u8>>, TransportError> {
@@ -247,7 +254,7 @@ fn framing(head: &Head) -> Result<Framing, TransportError> {
 /// Chunked transfer coding, with the body bound applied to the decoded
 /// size and the chunk-size lines bounded too.
 fn dechunk(
-    stream: &mut Stream,
+    stream: &mut impl Read,
     mut raw: Zeroizing<Vec<u8>>,
     max_body: usize,
     stage: Stage,
@@ -292,7 +299,11 @@ fn dechunk(
 }
 
 /// One read; timeouts surface as `Timeout` at `stage`.
-fn read_some(stream: &mut Stream, buf: &mut [u8], stage: Stage) -> Result<usize, TransportError> {
+fn read_some(
+    stream: &mut impl Read,
+    buf: &mut [u8],
+    stage: Stage,
+) -> Result<usize, TransportError> {
     loop {
         match stream.read(buf) {
             Ok(n) => return Ok(n),
