@@ -312,4 +312,53 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn find_record_takes_the_first_integer_seq_and_skips_what_does_not_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        std::fs::write(
+            &log,
+            "\n{\"seq\": 2.0}\nnot json\n[2]\n  {\"seq\": 2, \"op\": \"A\"}  \n{\"seq\": 2, \"op\": \"B\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            find_record(&log, 2).unwrap().as_deref(),
+            Some(r#"{"seq": 2, "op": "A"}"#)
+        );
+        assert_eq!(find_record(&log, 3).unwrap(), None);
+        assert!(find_record(&dir.path().join("missing"), 1).is_err());
+    }
+
+    #[test]
+    fn newest_ts_is_the_last_complete_records_and_zero_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        std::fs::write(&log, "{\"ts\": 1.5}\n{\"ts\": 7.25}\n\n{\"ts\": 9").unwrap();
+        assert_eq!(newest_ts(&log), Some(7.25));
+        std::fs::write(&log, "{\"seq\": 1}\n").unwrap();
+        assert_eq!(newest_ts(&log), Some(0.0));
+        std::fs::write(&log, "{\"ts\": \"late\"}\n").unwrap();
+        assert_eq!(newest_ts(&log), None);
+        assert_eq!(newest_ts(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn a_rotated_file_ends_with_the_anchor_only_by_its_last_seq_and_hmac() {
+        let dir = tempfile::tempdir().unwrap();
+        let current = dir.path().join("audit.log");
+        std::fs::write(
+            dir.path().join("audit.log.20240405-194120"),
+            "{\"seq\": 4, \"hmac\": \"aa\"}\n{\"seq\": 5, \"hmac\": \"bb\"}\n",
+        )
+        .unwrap();
+        let anchor = |seq, hmac: &str| Anchor {
+            file: "audit.log".to_owned(),
+            seq,
+            hmac: hmac.to_owned(),
+        };
+        assert!(rotated_file_ends_with(&current, &anchor(5, "bb")));
+        assert!(!rotated_file_ends_with(&current, &anchor(4, "aa")));
+        assert!(!rotated_file_ends_with(&current, &anchor(5, "aa")));
+    }
 }
