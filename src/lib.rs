@@ -29,25 +29,42 @@
 //! * [`sys`] — the few C library calls std and rustix lack (blocking and
 //!   waiting for termination signals, the commands' pre-exec hook).
 //!
-//! Nothing in this crate uses `unsafe`; where the operating system forces it,
-//! it is confined to the small [`sys`] module with a `SAFETY` comment per
-//! block.
+//! `unsafe` appears only in the small [`sys`] module, where the operating
+//! system forces it, with a `SAFETY` comment per block. Every other module
+//! forbids it below, for its whole tree, so no inner attribute can allow it
+//! again; the crate-wide `deny` leaves the one `allow` in [`sys`] possible.
 #![deny(unsafe_code)]
 
+#[forbid(unsafe_code)]
 pub mod audit;
+#[forbid(unsafe_code)]
 pub mod auth;
+#[forbid(unsafe_code)]
 pub mod cli;
+#[forbid(unsafe_code)]
 pub mod config;
+#[forbid(unsafe_code)]
 pub mod control;
+#[forbid(unsafe_code)]
 pub mod daemon;
+#[forbid(unsafe_code)]
 pub mod exec;
+#[forbid(unsafe_code)]
 pub mod exit;
+#[forbid(unsafe_code)]
 pub mod files;
+#[forbid(unsafe_code)]
 pub mod jail;
+#[forbid(unsafe_code)]
 pub mod log;
+#[forbid(unsafe_code)]
 pub mod protocol;
+#[forbid(unsafe_code)]
 pub mod secrets;
 pub mod sys;
+#[forbid(unsafe_code)]
 pub mod text;
+#[forbid(unsafe_code)]
 pub mod timefmt;
+#[forbid(unsafe_code)]
 pub mod transport;

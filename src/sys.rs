@@ -93,45 +93,35 @@ pub fn wait_for_termination_signal(set: &SignalSet) -> io::Result<i32> {
 /// inherit no descriptor besides its standard streams (EXEC.md §6), and to
 /// receive SIGKILL when the thread that spawned it ends (EXEC.md §11 L2).
 ///
-/// `cwd` must stay open until `command` has been spawned; the caller keeps
-/// the owning descriptor alive across the spawn call. The parent-death
-/// signal fires when the spawning *thread* exits, so the caller must
-/// outlive the direct child in that thread (supervising it until it has
-/// exited does).
+/// The hook keeps its own duplicate of `cwd`, so the caller may close it
+/// at any time. The parent-death signal fires when the spawning *thread*
+/// exits, so the caller must outlive the direct child in that thread
+/// (supervising it until it has exited does).
 pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::Result<()> {
-    let cwd = cwd.as_raw_fd();
+    // The hook owns a duplicate (close-on-exec), so it stays valid for as
+    // long as `command` can spawn; it closes when `command` is dropped.
+    let cwd = cwd.try_clone_to_owned()?;
     let shim = std::process::id();
     // Built here, before the fork, so the child only has to install it.
     let empty = empty_signal_set()?;
     let hook = move || -> io::Result<()> {
         // Everything below runs in the forked child before `exec`: only
         // async-signal-safe calls, no allocation (io::Error from an errno
-        // number does not allocate).
-        // SAFETY: `setsid` takes no arguments and only changes the calling
-        // process; it fails only if the child already leads a group, which
-        // a freshly forked child never does.
-        if unsafe { libc::setsid() } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: prctl with integer arguments only changes the calling
-        // process's own parent-death signal.
-        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // number does not allocate; rustix makes the system calls directly).
+        // `setsid` fails only if the child already leads a group, which a
+        // freshly forked child never does.
+        rustix::process::setsid()?;
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
         // The shim may have died before the prctl took effect; then the
-        // child was re-parented already and must not run.
-        // SAFETY: `getppid` takes no arguments and cannot fail.
-        let parent = unsafe { libc::getppid() };
+        // child was re-parented already and must not run. No parent at all
+        // (outside our pid namespace) reads as 0, which is not the shim.
+        let parent = rustix::process::Pid::as_raw(rustix::process::getppid());
         if u32::try_from(parent).ok() != Some(shim) {
             // SAFETY: `_exit` ends the forked child at once without running
             // the parent's atexit handlers or flushing its buffers.
             unsafe { libc::_exit(127) };
         }
-        // SAFETY: `cwd` is a descriptor the parent keeps open across the
-        // spawn, so it is valid in the child's copy of the table.
-        if unsafe { libc::fchdir(cwd) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::process::fchdir(&cwd)?;
         // SAFETY: `empty` is an initialised `sigset_t` captured by value; a
         // null old-set pointer is allowed.
         // (sigprocmask rather than pthread_sigmask: only the former is on
@@ -180,10 +170,7 @@ pub fn prepare_spawner_child(command: &mut Command, sock: BorrowedFd<'_>) -> io:
     let hook = move || -> io::Result<()> {
         // Runs in the forked child before `exec`: async-signal-safe calls
         // only, no allocation.
-        // SAFETY: `setsid` only changes the calling process.
-        if unsafe { libc::setsid() } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::process::setsid()?;
         // SAFETY: `sock` is open in the child's copy of the descriptor
         // table (the parent keeps it open across the spawn) and differs
         // from 3, so `dup2` leaves the new descriptor without

@@ -1,6 +1,8 @@
 //! The audit log's files on disk as the reading commands see them (AUDIT.md
 //! §1.2): the current file, the rotated siblings in their strict order, and
-//! the last complete line of a file read from its end.
+//! the last complete line of a file read from its end, and the lookups the
+//! reading commands share: a record by `seq`, the newest record's `ts`, and
+//! whether a rotated file ends with the anchored record.
 //!
 //! Only names of the form `NAME.` + 8 digits + `-` + 6 digits, optionally
 //! followed by `-` and a counter without leading zeros, are rotated files;
@@ -11,9 +13,14 @@
 use std::cmp::Ordering;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::anchor::Anchor;
+use super::verify::integer;
 
 /// Length of the `YYYYMMDD-HHMMSS` stamp.
 const STAMP_LEN: usize = 15;
@@ -165,6 +172,70 @@ pub fn last_complete_line(file: &mut File) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
+/// The first line of `log` holding a record with this integer `seq`
+/// (`audit show`); blank lines and lines that are not a JSON object are
+/// skipped.
+pub fn find_record(log: &Path, seq: i128) -> io::Result<Option<String>> {
+    let mut reader = BufReader::new(File::open(log)?);
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        if reader.read_until(b'\n', &mut raw)? == 0 {
+            return Ok(None);
+        }
+        let Ok(text) = std::str::from_utf8(&raw) else {
+            continue;
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let Ok(Value::Object(record)) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        if record.get("seq").and_then(integer) == Some(seq) {
+            return Ok(Some(text.to_owned()));
+        }
+    }
+}
+
+/// The last complete record of `log` as an object; `None` when the file
+/// cannot be read, has no complete line, or that line is not a JSON object.
+fn last_record(log: &Path) -> Option<Map<String, Value>> {
+    let line = File::open(log)
+        .and_then(|mut file| last_complete_line(&mut file))
+        .ok()??;
+    match serde_json::from_slice::<Value>(&line).ok()? {
+        Value::Object(record) => Some(record),
+        _ => None,
+    }
+}
+
+/// `ts` of the last complete record of `log` (`audit prune`; a missing `ts`
+/// counts as 0); `None` when it cannot be read or does not parse.
+pub fn newest_ts(log: &Path) -> Option<f64> {
+    let record = last_record(log)?;
+    match record.get("ts") {
+        None => Some(0.0),
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(_) => None,
+    }
+}
+
+/// Whether some rotated sibling of `current` ends with the anchored record
+/// (the anchor was not yet moved on when a rotation was interrupted).
+pub fn rotated_file_ends_with(current: &Path, anchor: &Anchor) -> bool {
+    let Ok(rotated) = rotated_files(current) else {
+        return false;
+    };
+    rotated.iter().any(|log| {
+        last_record(log).is_some_and(|record| {
+            record.get("seq").and_then(Value::as_u64) == Some(anchor.seq)
+                && record.get("hmac").and_then(Value::as_str) == Some(anchor.hmac.as_str())
+        })
+    })
+}
+
 /// The position of the last LF strictly before `before`.
 fn rfind_lf(file: &mut File, before: u64) -> io::Result<Option<u64>> {
     const CHUNK: u64 = 64 * 1024;
@@ -240,5 +311,54 @@ mod tests {
                 "audit.log.20240406-000000",
             ]
         );
+    }
+
+    #[test]
+    fn find_record_takes_the_first_integer_seq_and_skips_what_does_not_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        std::fs::write(
+            &log,
+            "\n{\"seq\": 2.0}\nnot json\n[2]\n  {\"seq\": 2, \"op\": \"A\"}  \n{\"seq\": 2, \"op\": \"B\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            find_record(&log, 2).unwrap().as_deref(),
+            Some(r#"{"seq": 2, "op": "A"}"#)
+        );
+        assert_eq!(find_record(&log, 3).unwrap(), None);
+        assert!(find_record(&dir.path().join("missing"), 1).is_err());
+    }
+
+    #[test]
+    fn newest_ts_is_the_last_complete_records_and_zero_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        std::fs::write(&log, "{\"ts\": 1.5}\n{\"ts\": 7.25}\n\n{\"ts\": 9").unwrap();
+        assert_eq!(newest_ts(&log), Some(7.25));
+        std::fs::write(&log, "{\"seq\": 1}\n").unwrap();
+        assert_eq!(newest_ts(&log), Some(0.0));
+        std::fs::write(&log, "{\"ts\": \"late\"}\n").unwrap();
+        assert_eq!(newest_ts(&log), None);
+        assert_eq!(newest_ts(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn a_rotated_file_ends_with_the_anchor_only_by_its_last_seq_and_hmac() {
+        let dir = tempfile::tempdir().unwrap();
+        let current = dir.path().join("audit.log");
+        std::fs::write(
+            dir.path().join("audit.log.20240405-194120"),
+            "{\"seq\": 4, \"hmac\": \"aa\"}\n{\"seq\": 5, \"hmac\": \"bb\"}\n",
+        )
+        .unwrap();
+        let anchor = |seq, hmac: &str| Anchor {
+            file: "audit.log".to_owned(),
+            seq,
+            hmac: hmac.to_owned(),
+        };
+        assert!(rotated_file_ends_with(&current, &anchor(5, "bb")));
+        assert!(!rotated_file_ends_with(&current, &anchor(4, "aa")));
+        assert!(!rotated_file_ends_with(&current, &anchor(5, "aa")));
     }
 }

@@ -3,12 +3,13 @@
 //! * `canonical` — the byte formats: canonical form, float `repr`, line spelling.
 //! * `record` — one record, its HMAC and its line.
 //! * `cap` — the 4 KiB cap of free-text fields, with length and hash.
-//! * `verify` — the verifier of AUDIT.md §10.1.
+//! * `verify` — the verifier of AUDIT.md §10.1, the tail-anchor and
+//!   file-link checks, and the current file read consistently with its anchor.
 //! * `writer` — the single writer thread: group commit, durable tickets,
 //!   recovery, rotation, the tail anchor, session-bound handles.
 //! * `anchor` — the sealed tail anchor.
 //! * `files` — the current and rotated files in their strict order; the
-//!   last complete line of a file.
+//!   last complete line of a file; a record by `seq`, the newest `ts`.
 //! * `tail` — following the current log across rotations (`audit tail`).
 //! * `pretty` — a record re-indented in on-disk order (`audit show`).
 //! * `export` — the signed ZIP bundle (`audit export`).

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::anchor::Anchor;
 use super::canonical::canonical;
-use super::files::last_complete_line;
+use super::files::{base_name, last_complete_line, rotated_file_ends_with};
 use super::record::AuditKey;
 use crate::protocol::json::parse_strict_for_audit;
 
@@ -213,7 +213,7 @@ fn parse_line(line: &[u8]) -> Result<serde_json::Map<String, Value>, String> {
 }
 
 /// A JSON integer (a number token without `.`, `e` or `E`); booleans are not.
-fn integer(v: &Value) -> Option<i128> {
+pub(crate) fn integer(v: &Value) -> Option<i128> {
     match v {
         Value::Number(n) if !n.is_f64() => n
             .as_i64()
@@ -258,6 +258,49 @@ impl AnchorFile {
             Err(e) if e.kind() == io::ErrorKind::NotFound => AnchorFile::Absent,
             Err(e) => AnchorFile::Unreadable(e.to_string()),
         }
+    }
+}
+
+/// The current log's bytes and what its tail-anchor check found, read so
+/// that the two belong together.
+#[derive(Debug)]
+pub struct AnchoredRead {
+    /// The bytes of the current file the anchor was checked against.
+    pub bytes: Vec<u8>,
+    /// The violations [`check_tail_anchor`] found for them.
+    pub anchor_violations: Vec<Violation>,
+}
+
+/// Reads the current log at `path` and checks it against its tail anchor
+/// (AUDIT.md §4), for `audit verify`, `verify-all` and `doctor` alike.
+///
+/// The anchor is read before the log: a daemon appending meanwhile only
+/// moves the anchor to records the log read afterwards already holds. A
+/// rotation in between can still leave the two out of step; then the anchor
+/// has changed by the time the check fails, and the check is repeated on
+/// fresh reads (a few times at most).
+pub fn read_current_with_anchor(
+    path: &Path,
+    key: &AuditKey,
+    shim_version: &str,
+) -> io::Result<AnchoredRead> {
+    const ATTEMPTS: usize = 3;
+    let name = base_name(path);
+    let mut elsewhere = |anchor: &Anchor| rotated_file_ends_with(path, anchor);
+    let mut attempt = 1;
+    loop {
+        let anchor = AnchorFile::read(path);
+        let bytes = std::fs::read(path)?;
+        let anchor_violations =
+            check_tail_anchor(&bytes, &name, &anchor, key, shim_version, &mut elsewhere);
+        if !anchor_violations.is_empty() && attempt < ATTEMPTS && AnchorFile::read(path) != anchor {
+            attempt += 1;
+            continue;
+        }
+        return Ok(AnchoredRead {
+            bytes,
+            anchor_violations,
+        });
     }
 }
 

@@ -8,8 +8,7 @@
 //! warnings to stderr, progress only to a terminal. It never prints the
 //! audit key and never creates one: every key is loaded read-only.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,14 +20,13 @@ use serde_json::Value as Json;
 
 use super::args::{from_lexopt, text_value, value};
 use super::{PROGRAM, UsageError, VERSION, load_config};
-use crate::audit::anchor::Anchor;
 use crate::audit::canonical::repr_f64;
 use crate::audit::export::{ExportOptions, export, export_with_progress};
-use crate::audit::files::{self, base_name, last_complete_line};
+use crate::audit::files::{self, base_name, find_record, newest_ts};
 use crate::audit::pretty::indent;
 use crate::audit::tail::Follower;
 use crate::audit::verify::{
-    AnchorFile, Violation, ViolationKind, check_file_link, check_tail_anchor, verify_bytes,
+    Violation, ViolationKind, check_file_link, read_current_with_anchor, verify_bytes,
     verify_bytes_with_progress,
 };
 use crate::audit::{AuditError, AuditKey, AuditLog, RotateReason, WriterOptions};
@@ -418,39 +416,6 @@ fn show(path: &Path, seq: i128, stdout: &mut dyn Write, stderr: &mut dyn Write) 
     exit::NEGATIVE_RESULT
 }
 
-/// The first line of `log` holding a record with this integer `seq`;
-/// blank and unparseable lines are skipped.
-fn find_record(log: &Path, seq: i128) -> io::Result<Option<String>> {
-    let mut reader = BufReader::new(File::open(log)?);
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        if reader.read_until(b'\n', &mut raw)? == 0 {
-            return Ok(None);
-        }
-        let Ok(text) = std::str::from_utf8(&raw) else {
-            continue;
-        };
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        let Ok(Json::Object(record)) = serde_json::from_str::<Json>(text) else {
-            continue;
-        };
-        let found = match record.get("seq") {
-            Some(Json::Number(n)) if !n.is_f64() => n
-                .as_i64()
-                .map(i128::from)
-                .or_else(|| n.as_u64().map(i128::from)),
-            _ => None,
-        };
-        if found == Some(seq) {
-            return Ok(Some(text.to_owned()));
-        }
-    }
-}
-
 // ---- verify (§10.2) and verify-all (§10.3) ---------------------------------------
 
 fn verify(config: &Config, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
@@ -537,54 +502,15 @@ fn verify_all(config: &Config, stdout: &mut dyn Write, stderr: &mut dyn Write) -
 
 /// §10.1 on the current file plus its tail anchor (AUDIT.md §4); returns
 /// the bytes verified and the violations.
-///
-/// The anchor is read before the log: a daemon appending meanwhile only
-/// moves the anchor to records the log read afterwards already holds. A
-/// rotation in between can still leave the two out of step; then the anchor
-/// has changed by the time the check fails, and the check is repeated on
-/// fresh reads (a few times at most).
 fn verify_current(
     path: &Path,
     key: &AuditKey,
     stderr: &mut dyn Write,
 ) -> io::Result<(Vec<u8>, Vec<Violation>)> {
-    const ATTEMPTS: usize = 3;
-    let name = base_name(path);
-    let mut elsewhere = |anchor: &Anchor| rotated_file_ends_with(path, anchor);
-    let mut attempt = 1;
-    loop {
-        let anchor = AnchorFile::read(path);
-        let bytes = std::fs::read(path)?;
-        let anchor_violations =
-            check_tail_anchor(&bytes, &name, &anchor, key, VERSION, &mut elsewhere);
-        if !anchor_violations.is_empty() && attempt < ATTEMPTS && AnchorFile::read(path) != anchor {
-            attempt += 1;
-            continue;
-        }
-        let mut violations = verify_with_progress(&name, &bytes, key, stderr);
-        violations.extend(anchor_violations);
-        return Ok((bytes, violations));
-    }
-}
-
-/// Whether some rotated file's last complete record is the anchored one
-/// (the anchor was not yet moved on when a rotation was interrupted).
-fn rotated_file_ends_with(current: &Path, anchor: &Anchor) -> bool {
-    let Ok(rotated) = files::rotated_files(current) else {
-        return false;
-    };
-    rotated.iter().any(|log| {
-        let last = File::open(log)
-            .and_then(|mut file| last_complete_line(&mut file))
-            .ok()
-            .flatten();
-        let Some(Ok(Json::Object(record))) = last.map(|l| serde_json::from_slice::<Json>(&l))
-        else {
-            return false;
-        };
-        record.get("seq").and_then(Json::as_u64) == Some(anchor.seq)
-            && record.get("hmac").and_then(Json::as_str) == Some(anchor.hmac.as_str())
-    })
+    let read = read_current_with_anchor(path, key, VERSION)?;
+    let mut violations = verify_with_progress(&base_name(path), &read.bytes, key, stderr);
+    violations.extend(read.anchor_violations);
+    Ok((read.bytes, violations))
 }
 
 /// Verifies with a percentage on stderr when stderr is a terminal and the
@@ -827,22 +753,6 @@ fn prune(path: &Path, older_than: &str, stdout: &mut dyn Write, stderr: &mut dyn
         rotated.len()
     );
     exit::SUCCESS
-}
-
-/// `ts` of the last complete record of `log` (a missing `ts` counts as 0);
-/// `None` when it cannot be read or does not parse.
-fn newest_ts(log: &Path) -> Option<f64> {
-    let line = File::open(log)
-        .and_then(|mut file| last_complete_line(&mut file))
-        .ok()??;
-    let Json::Object(record) = serde_json::from_slice::<Json>(&line).ok()? else {
-        return None;
-    };
-    match record.get("ts") {
-        None => Some(0.0),
-        Some(Json::Number(n)) => n.as_f64(),
-        Some(_) => None,
-    }
 }
 
 /// Python's `round()` of a float, shown as an integer (ties to even).

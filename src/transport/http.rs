@@ -103,7 +103,7 @@ pub(super) fn io_error(stage: Stage, source: std::io::Error) -> TransportError {
 
 /// Reads a whole response from `stream`: the head, then the body (by
 /// `Content-Length`, chunked, or to the end of the connection) of at most
-/// `max_body` bytes. Public so that the parser can be fuzzed on bytes.
+/// `max_body` bytes.
 pub fn read_response<S: Read>(
     stream: &mut S,
     max_body: usize,
@@ -112,6 +112,13 @@ pub fn read_response<S: Read>(
     let status = head.status;
     let body = read_body(stream, head, max_body)?;
     Ok(HttpResponse { status, body })
+}
+
+/// A whole response read from `bytes` exactly as [`Connector::post`] reads
+/// it from a connection, the end of `bytes` being the end of the stream
+/// (the entry point of the response parser's fuzz target).
+pub fn parse_response(mut bytes: &[u8], max_body: usize) -> Result<HttpResponse, TransportError> {
+    read_response(&mut bytes, max_body)
 }
 
 /// A response head as it was read, and what was read past it.
