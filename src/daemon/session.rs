@@ -641,9 +641,10 @@ fn run_request(
     let Some(message) = reply else {
         return;
     };
-    if shared.cancel.is_cancelled() {
-        return;
-    }
+    // A reply to a request that ran is queued even when the connection is
+    // ending meanwhile: the writer sends what is queued before a close (an
+    // audit failure's INTERNAL_ERROR among it, which the failure itself
+    // makes the reader end the connection for), and drops it otherwise.
     let response =
         Frame::new(id, now_ts(), message).with_capacity(admitted.capacity_after_release());
     let Ok(bytes) = protocol::encode_response(&response) else {
