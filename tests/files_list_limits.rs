@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+use autogpt_shim::daemon::handlers::OperationError;
 use autogpt_shim::files::glob::MAX_GLOB_CHARS;
 use autogpt_shim::files::{self, Audit, FileContext, Outcome};
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
@@ -80,7 +81,7 @@ fn list_req(path: &str, glob: &str) -> FileList {
 
 fn error(out: &Outcome) -> (ErrorCode, String) {
     match &out.reply {
-        Err(e) => (e.code, e.message.clone()),
+        Err(e) => (e.code(), e.message().to_owned()),
         Ok(m) => panic!("expected an error, got {m:?}"),
     }
 }

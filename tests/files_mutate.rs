@@ -20,7 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::daemon::handlers::rejection_code;
 use autogpt_shim::files::{self, Audit, FileContext, Outcome};
+use autogpt_shim::jail::RejectionKind;
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
     Ack, Encoding, ErrorCode, FileDelete, FileMove, FileStat, FileWrite, Message, MessageType,
@@ -259,7 +262,7 @@ fn assert_ack(fx: &Fx, o: &Outcome) {
 #[track_caller]
 fn assert_error(fx: &Fx, o: &Outcome, code: ErrorCode) {
     match &o.reply {
-        Err(e) => assert_eq!(e.code, code, "[{}] {}", fx.label(), e.message),
+        Err(e) => assert_eq!(e.code(), code, "[{}] {}", fx.label(), e.message()),
         Ok(m) => panic!("[{}] expected {code:?}, got {m:?}", fx.label()),
     }
     assert!(
@@ -273,26 +276,29 @@ fn assert_error(fx: &Fx, o: &Outcome, code: ErrorCode) {
 #[track_caller]
 fn assert_violation(fx: &Fx, o: &Outcome, code: ErrorCode, path: &str, op: MessageType) {
     match &o.reply {
-        Err(e) => assert_eq!(e.code, code, "[{}] {}", fx.label(), e.message),
+        Err(e) => assert_eq!(e.code(), code, "[{}] {}", fx.label(), e.message()),
         Ok(m) => panic!("[{}] expected {code:?}, got {m:?}", fx.label()),
     }
-    assert_eq!(
-        o.audit,
+    match &o.audit {
         Audit::JailViolation {
-            code,
-            path: path.to_owned(),
-            attempted_op: op,
-        },
-        "[{}]",
-        fx.label()
-    );
+            rejection,
+            path: audited,
+            attempted_op,
+        } => assert_eq!(
+            (rejection_code(*rejection), audited.as_str(), *attempted_op),
+            (code, path, op),
+            "[{}]",
+            fx.label()
+        ),
+        other => panic!("[{}] expected a JAIL_VIOLATION, got {other:?}", fx.label()),
+    }
 }
 
 fn message(o: &Outcome) -> String {
     o.reply
         .as_ref()
         .err()
-        .map(|e| e.message.clone())
+        .map(|e| e.message().to_owned())
         .unwrap_or_default()
 }
 
@@ -1646,11 +1652,11 @@ fn in_place_child(w: &Path) {
     let path = f.to_str().unwrap();
     let o = files::write(&ctx, &write_req(path, &"x".repeat(512 * 1024), false));
     let err = o.reply.expect_err("an oversized write must fail");
-    assert_eq!(err.code, ErrorCode::InternalError, "{}", err.message);
+    assert_eq!(err.code(), ErrorCode::InternalError, "{}", err.message());
     assert!(
-        err.message.starts_with("Could not write file:"),
+        err.message().starts_with("Could not write file:"),
         "{}",
-        err.message
+        err.message()
     );
     assert_eq!(std::fs::read(&f).unwrap(), b"old content");
     let o = files::write(&ctx, &write_req(path, "new", false));
@@ -1959,14 +1965,14 @@ fn copying_move_refuses_a_bind_mounted_file_inside_the_tree() {
         // With a bind-mounted file in it, nothing is copied.
         let (out, both_paths) = mv("tree", "sub/tree");
         assert_eq!(
-            out.reply.as_ref().map_err(|e| e.code),
+            out.reply.as_ref().map_err(OperationError::code),
             Err(ErrorCode::PathOutsideAllowedRoot),
             "[{label}] {out:?}"
         );
         assert_eq!(
             out.audit,
             Audit::JailViolation {
-                code: ErrorCode::PathOutsideAllowedRoot,
+                rejection: RejectionKind::OutsideRoot,
                 path: both_paths,
                 attempted_op: MessageType::FileMove,
             },
@@ -1994,12 +2000,12 @@ fn copying_move_refuses_a_bind_mounted_file_inside_the_tree() {
             },
         );
         let err = out.reply.expect_err("the move must fail");
-        assert_eq!(err.code, ErrorCode::InternalError, "[{label}]");
+        assert_eq!(err.code(), ErrorCode::InternalError, "[{label}]");
         assert!(
-            err.message
+            err.message()
                 .contains("refusing to cross a filesystem boundary"),
             "[{label}] {}",
-            err.message
+            err.message()
         );
         assert!(!exists(&w.join("sub/tree")), "[{label}]");
         assert!(temp_files(&w.join("sub")).is_empty(), "[{label}]");

@@ -9,6 +9,7 @@
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
+use autogpt_shim::daemon::handlers::{OperationError, rejection_code};
 use autogpt_shim::files::{self, Audit, FileContext, Outcome};
 use autogpt_shim::jail::{Homes, Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
@@ -122,7 +123,7 @@ fn content(out: &Outcome) -> String {
 
 fn error_code(out: &Outcome) -> ErrorCode {
     match &out.reply {
-        Err(e) => e.code,
+        Err(e) => e.code(),
         Ok(m) => panic!("expected an error, got {m:?}"),
     }
 }
@@ -130,14 +131,17 @@ fn error_code(out: &Outcome) -> ErrorCode {
 /// A jail refusal: the error code, and a JAIL_VIOLATION naming the raw path.
 fn assert_violation(out: &Outcome, code: ErrorCode, raw: &str, op: MessageType) {
     assert_eq!(error_code(out), code, "{out:?}");
-    assert_eq!(
-        out.audit,
+    match &out.audit {
         Audit::JailViolation {
-            code,
-            path: raw.to_owned(),
-            attempted_op: op,
-        }
-    );
+            rejection,
+            path,
+            attempted_op,
+        } => assert_eq!(
+            (rejection_code(*rejection), path.as_str(), *attempted_op),
+            (code, raw, op)
+        ),
+        other => panic!("expected a JAIL_VIOLATION, got {other:?}"),
+    }
 }
 
 fn assert_outside(out: &Outcome, raw: &str, op: MessageType) {
@@ -352,7 +356,7 @@ fn relative_and_empty_paths_resolve_against_the_root() {
         for p in ["", ".", &fx.w("sub/..")] {
             let out = read(jail, p);
             assert_eq!(error_code(&out), ErrorCode::InternalError, "{p:?}");
-            assert!(out.reply.unwrap_err().message.contains("is a directory"));
+            assert!(out.reply.unwrap_err().message().contains("is a directory"));
         }
         match stat(jail, "", true).reply {
             Ok(Message::FileStatResponse(r)) => {
@@ -437,7 +441,7 @@ fn reading_a_fifo_is_refused_without_blocking() {
         assert!(
             out.reply
                 .unwrap_err()
-                .message
+                .message()
                 .contains("not a regular file")
         );
     });
@@ -756,7 +760,7 @@ fn list_of_a_file_or_missing_path() {
         assert!(
             out.reply
                 .unwrap_err()
-                .message
+                .message()
                 .contains("is not a directory")
         );
         assert_not_found(&files::list(&ctx(jail), &list_req(&fx.w("missing"))));
@@ -827,7 +831,9 @@ fn command_cwd_outside_is_refused_null_is_the_root_and_links_are_entered_by_fd()
     use autogpt_shim::jail::{EnforceError, Outcome as JailOutcome};
     both(|fx, jail| {
         match open_cwd(jail, Some("/etc")) {
-            Err(JailOutcome::Rejected(r)) => assert_eq!(r.code, ErrorCode::PathOutsideAllowedRoot),
+            Err(JailOutcome::Rejected(r)) => {
+                assert_eq!(rejection_code(r.kind), ErrorCode::PathOutsideAllowedRoot)
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(fd_ident(&open_cwd(jail, None).unwrap()), ident(&fx.w));
@@ -912,10 +918,10 @@ fn refusals_do_not_disclose_where_an_outside_path_leads() {
     both(|fx, jail| {
         symlink(&fx.o, fx.w.join("out")).unwrap();
         let out = read(jail, &fx.w("out/secret"));
-        let message = out.reply.unwrap_err().message;
+        let message = out.reply.unwrap_err().message().to_owned();
         assert!(!message.contains(fx.o.to_str().unwrap()), "{message}");
         let out = read(jail, "/proc/self/cwd/x");
-        let message = out.reply.unwrap_err().message;
+        let message = out.reply.unwrap_err().message().to_owned();
         assert!(!message.contains("/work"), "{message}");
     });
 }
@@ -963,7 +969,9 @@ fn a_component_swapped_after_the_decision_is_decided_again_once() {
         std::fs::write(fx.w.join("sub/x"), "original").unwrap();
         let (out, calls) = read_through(&fx.o, "old2");
         match out {
-            Err(JailOutcome::Rejected(r)) => assert_eq!(r.code, ErrorCode::PathOutsideAllowedRoot),
+            Err(JailOutcome::Rejected(r)) => {
+                assert_eq!(rejection_code(r.kind), ErrorCode::PathOutsideAllowedRoot)
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(calls, 1);

@@ -25,7 +25,7 @@ use super::write::open_parent;
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Entry, Jail, Rejection, identity};
-use crate::protocol::{Ack, ErrorCode, FileDelete, Message, MessageType};
+use crate::protocol::{Ack, FileDelete, Message, MessageType};
 
 /// How often one directory is re-read when removing it finds it not empty
 /// (entries created concurrently, or missed while the listing changed).
@@ -65,8 +65,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
             return match rustix::fs::unlinkat(&dir, entry.name.as_os_str(), AtFlags::REMOVEDIR) {
                 Ok(()) => Ok(()),
                 Err(Errno::NOENT) => missing(req, d),
-                Err(e @ (Errno::NOTEMPTY | Errno::EXIST)) => Err(Step::Fail(FileError::new(
-                    ErrorCode::PathNotEmpty,
+                Err(e @ (Errno::NOTEMPTY | Errno::EXIST)) => Err(Step::Fail(FileError::NotEmpty(
                     format!("{}: {}", d.resolved, std::io::Error::from(e)),
                 ))),
                 Err(e) => Err(Step::Fail(os_error(&d.resolved, e))),

@@ -31,7 +31,7 @@ use super::write::{open_parent, with_temp_name, write_all};
 use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{EnforceError, Entry, Jail, identity};
-use crate::protocol::{Ack, ErrorCode, FileMove, Message, MessageType};
+use crate::protocol::{Ack, FileMove, Message, MessageType};
 
 /// Serialises the check-then-rename fallback for filesystems that reject
 /// `RENAME_NOREPLACE` (JAIL.md §6.7). It only orders this process's own
@@ -145,7 +145,7 @@ fn entry_path(jail: &Jail, entry: &Entry) -> String {
 }
 
 fn exists(shown: &str) -> FileError {
-    FileError::new(ErrorCode::PathExists, format!("{shown} already exists"))
+    FileError::Exists(format!("{shown} already exists"))
 }
 
 /// The parent directory of one end; `None` when it does not exist (a
@@ -465,10 +465,10 @@ impl Move<'_> {
                 .map_err(|e| Step::Fail(os_error(self.src.shown, e)))
         };
         removed.map_err(|step| match step {
-            Step::Fail(f) => Step::Fail(FileError::new(
-                f.code,
-                format!("{}; the copy at {} was kept", f.message, self.dst.shown),
-            )),
+            Step::Fail(f) => {
+                let message = format!("{}; the copy at {} was kept", f.message(), self.dst.shown);
+                Step::Fail(f.with_message(message))
+            }
             other => other,
         })
     }

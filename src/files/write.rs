@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use super::{FileContext, FileError, JailedError, Outcome, SizeExcess, Step, jailed};
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Jail};
-use crate::protocol::{Ack, Encoding, ErrorCode, FileWrite, Message, MessageType};
+use crate::protocol::{Ack, Encoding, FileWrite, Message, MessageType};
 
 /// How many temporary names are tried before giving up (FILES.md §2.4 4.1).
 const TEMP_TRIES: usize = 10;
@@ -120,13 +120,10 @@ fn write_decided(
         make_parents(ctx.jail, parent, shown)?
     } else {
         open_parent(ctx.jail, parent).map_err(|e| match e {
-            EnforceError::NotFound => Step::Fail(FileError::new(
-                ErrorCode::PathNotFound,
-                format!(
-                    "Parent directory {} does not exist",
-                    ctx.jail.display_path(parent)
-                ),
-            )),
+            EnforceError::NotFound => Step::Fail(FileError::NotFound(format!(
+                "Parent directory {} does not exist",
+                ctx.jail.display_path(parent)
+            ))),
             other => enforce_step(other, shown),
         })?
     };

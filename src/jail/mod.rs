@@ -38,30 +38,40 @@ pub use lexical::Homes;
 pub use protected::ProtectedLocations;
 pub use resolve::{Filesystem, LinkReader, Resolved};
 
-use crate::protocol::ErrorCode;
-
-/// A request path refused by the jail: answered with `code` and audited as
-/// `JAIL_VIOLATION` instead of the operation's own record (JAIL.md §4.5).
+/// A request path refused by the jail: answered with an error and audited
+/// as `JAIL_VIOLATION` instead of the operation's own record (JAIL.md §4.5).
+/// The jail says why it refused; the handler layer chooses the wire code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
-    /// `PATH_OUTSIDE_ALLOWED_ROOT`, `PATH_INVALID_CHARS` or
-    /// `PATH_RESERVED_NAME`.
-    pub code: ErrorCode,
+    /// Why the path was refused.
+    pub kind: RejectionKind,
     /// Human-readable; contains the raw and resolved path where known.
     pub message: String,
+}
+
+/// Why the jail refused a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectionKind {
+    /// The path resolves outside the root, crosses a mount with
+    /// `jail_no_xdev`, names the root itself where that is refused, or
+    /// reaches one of the shim's own files or directories.
+    OutsideRoot,
+    /// The path's text cannot be accepted: empty, too long, a NUL byte, a
+    /// name too long for the system.
+    InvalidPath,
 }
 
 impl Rejection {
     pub(crate) fn invalid_chars(message: String) -> Self {
         Self {
-            code: ErrorCode::PathInvalidChars,
+            kind: RejectionKind::InvalidPath,
             message,
         }
     }
 
     pub(crate) fn outside(message: String) -> Self {
         Self {
-            code: ErrorCode::PathOutsideAllowedRoot,
+            kind: RejectionKind::OutsideRoot,
             message,
         }
     }

@@ -10,7 +10,9 @@ use std::num::NonZeroU64;
 use std::path::PathBuf;
 
 use autogpt_shim::audit::Outcome as AuditOutcome;
-use autogpt_shim::exec::{self, Audit, Cancel, ExecContext, ExecError, Outcome, Spawner};
+use autogpt_shim::daemon::handlers::command_audit_result;
+use autogpt_shim::exec::{self, Cancel, ExecContext, ExecError, Outcome, Spawner};
+use autogpt_shim::files::Audit;
 use autogpt_shim::jail::{Jail, JailOptions};
 use autogpt_shim::protocol::{CommandResult, ExecuteCommand, Shell};
 use serde_json::Value;
@@ -122,17 +124,19 @@ pub fn error(outcome: &Outcome) -> &ExecError {
 }
 
 /// The `EXECUTE_COMMAND` audit record's details as a map and its result.
-pub fn record(outcome: &Outcome) -> (BTreeMap<String, Value>, &AuditOutcome) {
-    match &outcome.audit {
-        Audit::Operation { details, result } => (details.0.iter().cloned().collect(), result),
-        other => panic!("expected an EXECUTE_COMMAND record, got {other:?}"),
+pub fn record(outcome: &Outcome) -> (BTreeMap<String, Value>, AuditOutcome) {
+    match (&outcome.audit, command_audit_result(outcome)) {
+        (Audit::Command { details, .. }, Some(result)) => {
+            (details.0.iter().cloned().collect(), result)
+        }
+        (other, _) => panic!("expected an EXECUTE_COMMAND record, got {other:?}"),
     }
 }
 
 /// The details' keys in on-disk order.
 pub fn detail_keys(outcome: &Outcome) -> Vec<String> {
     match &outcome.audit {
-        Audit::Operation { details, .. } => details.0.iter().map(|(k, _)| k.clone()).collect(),
+        Audit::Command { details, .. } => details.0.iter().map(|(k, _)| k.clone()).collect(),
         other => panic!("expected an EXECUTE_COMMAND record, got {other:?}"),
     }
 }
