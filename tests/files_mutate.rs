@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use autogpt_shim::daemon::handlers::OperationError;
 use autogpt_shim::daemon::handlers::rejection_code;
-use autogpt_shim::files::{self, Audit, FileContext, Outcome};
+use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
 use autogpt_shim::jail::RejectionKind;
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
@@ -113,15 +113,15 @@ impl Fx {
         }
     }
 
-    fn write(&self, path: &str, content: &str) -> Outcome {
+    fn write(&self, path: &str, content: &str) -> FileOutcome {
         files::write(&self.ctx(), &write_req(path, content, false))
     }
 
-    fn write_parents(&self, path: &str, content: &str) -> Outcome {
+    fn write_parents(&self, path: &str, content: &str) -> FileOutcome {
         files::write(&self.ctx(), &write_req(path, content, true))
     }
 
-    fn delete(&self, path: &str, recursive: bool, missing_ok: bool) -> Outcome {
+    fn delete(&self, path: &str, recursive: bool, missing_ok: bool) -> FileOutcome {
         files::delete(
             &self.ctx(),
             &FileDelete {
@@ -132,7 +132,7 @@ impl Fx {
         )
     }
 
-    fn mv(&self, src: &str, dst: &str, overwrite: bool) -> Outcome {
+    fn mv(&self, src: &str, dst: &str, overwrite: bool) -> FileOutcome {
         files::move_entry(
             &self.ctx(),
             &FileMove {
@@ -143,7 +143,7 @@ impl Fx {
         )
     }
 
-    fn stat(&self, path: &str, follow_symlinks: bool) -> Outcome {
+    fn stat(&self, path: &str, follow_symlinks: bool) -> FileOutcome {
         files::stat(
             &self.ctx(),
             &FileStat {
@@ -245,7 +245,7 @@ fn both(body: impl Fn(&Fx)) {
 // ---- outcome checks --------------------------------------------------------------
 
 #[track_caller]
-fn assert_ack(fx: &Fx, o: &Outcome) {
+fn assert_ack(fx: &Fx, o: &FileOutcome) {
     assert_eq!(
         o.reply,
         Ok(Message::Ack(Ack::OK)),
@@ -260,7 +260,7 @@ fn assert_ack(fx: &Fx, o: &Outcome) {
 }
 
 #[track_caller]
-fn assert_error(fx: &Fx, o: &Outcome, code: ErrorCode) {
+fn assert_error(fx: &Fx, o: &FileOutcome, code: ErrorCode) {
     match &o.reply {
         Err(e) => assert_eq!(e.code(), code, "[{}] {}", fx.label(), e.message()),
         Ok(m) => panic!("[{}] expected {code:?}, got {m:?}", fx.label()),
@@ -274,7 +274,7 @@ fn assert_error(fx: &Fx, o: &Outcome, code: ErrorCode) {
 }
 
 #[track_caller]
-fn assert_violation(fx: &Fx, o: &Outcome, code: ErrorCode, path: &str, op: MessageType) {
+fn assert_violation(fx: &Fx, o: &FileOutcome, code: ErrorCode, path: &str, op: MessageType) {
     match &o.reply {
         Err(e) => assert_eq!(e.code(), code, "[{}] {}", fx.label(), e.message()),
         Ok(m) => panic!("[{}] expected {code:?}, got {m:?}", fx.label()),
@@ -294,7 +294,7 @@ fn assert_violation(fx: &Fx, o: &Outcome, code: ErrorCode, path: &str, op: Messa
     }
 }
 
-fn message(o: &Outcome) -> String {
+fn message(o: &FileOutcome) -> String {
     o.reply
         .as_ref()
         .err()
@@ -302,7 +302,7 @@ fn message(o: &Outcome) -> String {
         .unwrap_or_default()
 }
 
-fn details(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
+fn details(o: &FileOutcome) -> serde_json::Map<String, serde_json::Value> {
     match &o.audit {
         Audit::Operation(d) => d.to_map(),
         other => panic!("operation record expected, got {other:?}"),

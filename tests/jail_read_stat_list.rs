@@ -10,7 +10,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use autogpt_shim::daemon::handlers::{OperationError, rejection_code};
-use autogpt_shim::files::{self, Audit, FileContext, Outcome};
+use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
 use autogpt_shim::jail::{Homes, Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
     Encoding, ErrorCode, FileList, FileRead, FileStat, Message, MessageType, ReadFormat,
@@ -90,11 +90,11 @@ fn read_req(path: &str) -> FileRead {
     }
 }
 
-fn read(jail: &Jail, path: &str) -> Outcome {
+fn read(jail: &Jail, path: &str) -> FileOutcome {
     files::read(&ctx(jail), &read_req(path))
 }
 
-fn stat(jail: &Jail, path: &str, follow: bool) -> Outcome {
+fn stat(jail: &Jail, path: &str, follow: bool) -> FileOutcome {
     files::stat(
         &ctx(jail),
         &FileStat {
@@ -114,14 +114,14 @@ fn list_req(path: &str) -> FileList {
     }
 }
 
-fn content(out: &Outcome) -> String {
+fn content(out: &FileOutcome) -> String {
     match &out.reply {
         Ok(Message::FileContents(c)) => c.content.clone(),
         other => panic!("expected contents, got {other:?}"),
     }
 }
 
-fn error_code(out: &Outcome) -> ErrorCode {
+fn error_code(out: &FileOutcome) -> ErrorCode {
     match &out.reply {
         Err(e) => e.code(),
         Ok(m) => panic!("expected an error, got {m:?}"),
@@ -129,7 +129,7 @@ fn error_code(out: &Outcome) -> ErrorCode {
 }
 
 /// A jail refusal: the error code, and a JAIL_VIOLATION naming the raw path.
-fn assert_violation(out: &Outcome, code: ErrorCode, raw: &str, op: MessageType) {
+fn assert_violation(out: &FileOutcome, code: ErrorCode, raw: &str, op: MessageType) {
     assert_eq!(error_code(out), code, "{out:?}");
     match &out.audit {
         Audit::JailViolation {
@@ -144,11 +144,11 @@ fn assert_violation(out: &Outcome, code: ErrorCode, raw: &str, op: MessageType) 
     }
 }
 
-fn assert_outside(out: &Outcome, raw: &str, op: MessageType) {
+fn assert_outside(out: &FileOutcome, raw: &str, op: MessageType) {
     assert_violation(out, ErrorCode::PathOutsideAllowedRoot, raw, op);
 }
 
-fn assert_not_found(out: &Outcome) {
+fn assert_not_found(out: &FileOutcome) {
     assert_eq!(error_code(out), ErrorCode::PathNotFound, "{out:?}");
     assert!(matches!(out.audit, Audit::Operation(_)));
 }
@@ -626,7 +626,7 @@ fn bind_mount_inside_the_root_is_followed_unless_no_xdev() {
 
 // ---- LIST ---------------------------------------------------------------------------------------
 
-fn names(out: &Outcome) -> (Vec<String>, bool) {
+fn names(out: &FileOutcome) -> (Vec<String>, bool) {
     match &out.reply {
         Ok(Message::FileListResponse(r)) => (
             r.entries.iter().map(|e| e.path.clone()).collect(),
@@ -802,7 +802,7 @@ fn list_of_a_large_directory_keeps_the_smallest_names() {
 fn open_cwd(
     jail: &Jail,
     cwd: Option<&str>,
-) -> Result<std::os::fd::OwnedFd, autogpt_shim::jail::Outcome<autogpt_shim::jail::EnforceError>> {
+) -> Result<std::os::fd::OwnedFd, autogpt_shim::jail::RunError<autogpt_shim::jail::EnforceError>> {
     let wire = match cwd {
         Some(c) if !c.is_empty() => c.to_owned(),
         _ => jail.root().to_owned(),
@@ -828,10 +828,10 @@ fn fd_ident(fd: &std::os::fd::OwnedFd) -> (u64, u64) {
 
 #[test]
 fn command_cwd_outside_is_refused_null_is_the_root_and_links_are_entered_by_fd() {
-    use autogpt_shim::jail::{EnforceError, Outcome as JailOutcome};
+    use autogpt_shim::jail::{EnforceError, RunError};
     both(|fx, jail| {
         match open_cwd(jail, Some("/etc")) {
-            Err(JailOutcome::Rejected(r)) => {
+            Err(RunError::Rejected(r)) => {
                 assert_eq!(rejection_code(r.kind), ErrorCode::PathOutsideAllowedRoot)
             }
             other => panic!("{other:?}"),
@@ -842,7 +842,7 @@ fn command_cwd_outside_is_refused_null_is_the_root_and_links_are_entered_by_fd()
         let fd = open_cwd(jail, Some(&fx.w("sublink"))).unwrap();
         assert_eq!(fd_ident(&fd), ident(&fx.w.join("sub")));
         match open_cwd(jail, Some(&fx.w("missing"))) {
-            Err(JailOutcome::Failed(EnforceError::NotFound)) => {}
+            Err(RunError::Failed(EnforceError::NotFound)) => {}
             other => panic!("{other:?}"),
         }
     });
@@ -930,7 +930,7 @@ fn refusals_do_not_disclose_where_an_outside_path_leads() {
 
 #[test]
 fn a_component_swapped_after_the_decision_is_decided_again_once() {
-    use autogpt_shim::jail::Outcome as JailOutcome;
+    use autogpt_shim::jail::RunError;
     use std::io::Read;
     both(|fx, jail| {
         std::fs::create_dir(fx.w.join("sub2")).unwrap();
@@ -969,7 +969,7 @@ fn a_component_swapped_after_the_decision_is_decided_again_once() {
         std::fs::write(fx.w.join("sub/x"), "original").unwrap();
         let (out, calls) = read_through(&fx.o, "old2");
         match out {
-            Err(JailOutcome::Rejected(r)) => {
+            Err(RunError::Rejected(r)) => {
                 assert_eq!(rejection_code(r.kind), ErrorCode::PathOutsideAllowedRoot)
             }
             other => panic!("{other:?}"),
@@ -981,7 +981,7 @@ fn a_component_swapped_after_the_decision_is_decided_again_once() {
 #[test]
 fn audit_details_keep_the_order_the_specification_lists() {
     both(|fx, jail| {
-        let keys = |out: &Outcome| -> Vec<String> {
+        let keys = |out: &FileOutcome| -> Vec<String> {
             match &out.audit {
                 Audit::Operation(d) => d.0.iter().map(|(k, _)| k.clone()).collect(),
                 other => panic!("{other:?}"),

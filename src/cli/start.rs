@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::{PROGRAM, VERSION, load_config};
 use crate::audit::writer::{RotateReason, WriterOptions, WriterThread};
-use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
+use crate::audit::{AuditLog, Details, Entry, Outcome};
 use crate::auth::refresh::{StoredCredentials, TokenEndpoint};
 use crate::config::{Config, Environment, Mode, Overrides, Platform};
 use crate::control::bindings::Revisions;
@@ -33,7 +33,7 @@ use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Pr
 use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
 use crate::daemon::pool::{Pool, WORKERS};
 use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
-use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session};
+use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
@@ -595,7 +595,7 @@ impl Running {
     }
 
     /// Runs until the end; every child is stopped before it returns.
-    fn run(self) -> Outcome {
+    fn run(self) -> RuntimeEnd {
         let outcome = runtime::run(&self.session, &self.pool);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(reaper) = self.reaper {
@@ -650,7 +650,7 @@ fn spawner_death_hook(audit: &AuditLog, log: &Log) -> DeathHook {
                 .with("commands_killed", json!(death.commands))
                 .with("containment", json!(death.mechanism.as_str()))
                 .with("new_pid", new_pid),
-            result: RecordOutcome {
+            result: Outcome {
                 ok: false,
                 exit_code: Some(death.exit_code),
                 duration_ms: 0,
@@ -666,7 +666,7 @@ fn spawner_death_hook(audit: &AuditLog, log: &Log) -> DeathHook {
 
 /// Step 9: the last record and the exit status (CLI.md §4.2).
 fn conclude(
-    outcome: Outcome,
+    outcome: RuntimeEnd,
     audit: &AuditLog,
     stop_written: &AtomicBool,
     log: &Log,
@@ -684,26 +684,26 @@ fn conclude(
         return exit::EX_CONFIG;
     }
     match outcome {
-        Outcome::Stopped => {
+        RuntimeEnd::Stopped => {
             let code = stop_record(audit, stop_written, exit::SUCCESS, stderr);
             if code == exit::SUCCESS {
                 say!(stdout, "Shim stopped.");
             }
             code
         }
-        Outcome::Terminal(reason) => {
+        RuntimeEnd::Terminal(reason) => {
             log.warn("daemon", format!("not reconnecting: {reason}"));
             stop_record(audit, stop_written, exit::SUCCESS, stderr)
         }
-        Outcome::AuthFailed(reason) | Outcome::CredentialsRefused(reason) => {
+        RuntimeEnd::AuthFailed(reason) | RuntimeEnd::CredentialsRefused(reason) => {
             say!(stderr, "Authentication failed: {reason}");
             stop_record(audit, stop_written, exit::EX_NOPERM, stderr)
         }
-        Outcome::Config(reason) => {
+        RuntimeEnd::Config(reason) => {
             say!(stderr, "Preflight failed: {reason}");
             stop_record(audit, stop_written, exit::EX_CONFIG, stderr)
         }
-        Outcome::Refused(refusal) => {
+        RuntimeEnd::Refused(refusal) => {
             say!(
                 stderr,
                 "{PROGRAM}: stopping after {} refused attempts: {refusal}",
@@ -711,7 +711,7 @@ fn conclude(
             );
             stop_record(audit, stop_written, refusal_exit(refusal.kind), stderr)
         }
-        Outcome::AuditFailed => {
+        RuntimeEnd::AuditFailed => {
             say!(
                 stderr,
                 "{PROGRAM}: stopping: an audit record could not be written; the shim refuses to run without its mandatory audit log"
@@ -842,7 +842,7 @@ fn refuse_recording(config: &Config, audit: AuditLog, stderr: &mut dyn Write) ->
             .with("missing_permissions", json!(["recording_preview_disabled"]))
             .with("platform", json!(platform))
             .with("hint", json!(hint)),
-        result: RecordOutcome {
+        result: Outcome {
             ok: false,
             exit_code: Some(i64::from(exit::EX_CONFIG)),
             duration_ms: 0,

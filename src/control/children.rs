@@ -23,7 +23,7 @@ use crate::daemon::backlog::{ByteBudget, MACHINE_BACKLOG_BYTES};
 use crate::daemon::handshake::{Identity, Limits, Probes};
 use crate::daemon::limits::WorkPool;
 use crate::daemon::pool::Pool;
-use crate::daemon::runtime::{self, Credentials, DataSession, Outcome, Session};
+use crate::daemon::runtime::{self, Credentials, DataSession, RuntimeEnd, Session};
 use crate::daemon::session::{Activity, AuditSink, DataPlane};
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
@@ -105,7 +105,7 @@ pub struct Children {
     live: Mutex<HashMap<String, Child>>,
     next_id: AtomicU64,
     /// A failure that ends the daemon, and the daemon's stop flag to raise.
-    fatal: Arc<Mutex<Option<Outcome>>>,
+    fatal: Arc<Mutex<Option<RuntimeEnd>>>,
     daemon_stop: Arc<AtomicBool>,
 }
 
@@ -139,7 +139,7 @@ impl Children {
     }
 
     /// The daemon-wide failure a child reported, if any.
-    pub fn fatal(&self) -> Option<Outcome> {
+    pub fn fatal(&self) -> Option<RuntimeEnd> {
         lock(&self.fatal).clone()
     }
 
@@ -371,27 +371,27 @@ fn finish(mut child: Child) {
 fn child_ended(
     log: &Log,
     session_id: &str,
-    outcome: Outcome,
-    fatal: &Mutex<Option<Outcome>>,
+    outcome: RuntimeEnd,
+    fatal: &Mutex<Option<RuntimeEnd>>,
     daemon_stop: &AtomicBool,
 ) {
     match outcome {
-        Outcome::Stopped => {}
-        Outcome::Terminal(reason) | Outcome::AuthFailed(reason) => {
+        RuntimeEnd::Stopped => {}
+        RuntimeEnd::Terminal(reason) | RuntimeEnd::AuthFailed(reason) => {
             log.warn(
                 "child",
                 format!("the runtime of session {session_id} ended: {reason}"),
             );
         }
-        Outcome::Refused(refusal) => {
+        RuntimeEnd::Refused(refusal) => {
             log.warn(
                 "child",
                 format!("the runtime of session {session_id} ended: {refusal}"),
             );
         }
-        daemon_wide @ (Outcome::CredentialsRefused(_)
-        | Outcome::AuditFailed
-        | Outcome::Config(_)) => {
+        daemon_wide @ (RuntimeEnd::CredentialsRefused(_)
+        | RuntimeEnd::AuditFailed
+        | RuntimeEnd::Config(_)) => {
             log.error(
                 "child",
                 format!("session {session_id}: {daemon_wide:?}; stopping the daemon"),

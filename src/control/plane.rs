@@ -22,7 +22,7 @@ use super::browse::{BrowseError, Browser, RootSources};
 use super::children::{CAP_MESSAGE, Children, StartError};
 use super::folder::{self, FolderError};
 use super::grant::{self, Claims, GrantError, GrantKey};
-use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
+use crate::audit::{AuditLog, Details, Entry, Outcome};
 use crate::daemon::handshake::{ConnectionKind, Limits, Negotiated};
 use crate::daemon::limits::WorkPool;
 use crate::daemon::runtime::Plane;
@@ -391,8 +391,8 @@ impl ControlError {
     }
 
     /// The `result` of the record of a request refused with this error.
-    fn record_result(&self) -> RecordOutcome {
-        RecordOutcome {
+    fn record_result(&self) -> Outcome {
+        Outcome {
             ok: false,
             exit_code: None,
             duration_ms: 0,
@@ -413,7 +413,7 @@ impl Inner {
         op: &str,
         session: Option<&str>,
         details: Details,
-        result: RecordOutcome,
+        result: Outcome,
     ) -> bool {
         let entry = Entry {
             op: op.to_owned(),
@@ -465,13 +465,7 @@ impl Inner {
                     )
                     .with("entries_returned", json!(response.entries.len()))
                     .with("truncated", json!(response.truncated));
-                if !self.record(
-                    id,
-                    "DIRECTORY_LIST",
-                    None,
-                    details,
-                    RecordOutcome::default(),
-                ) {
+                if !self.record(id, "DIRECTORY_LIST", None, details, Outcome::default()) {
                     return self.internal(AUDIT_FAILED);
                 }
                 Message::DirectoryListResponse(response)
@@ -583,7 +577,7 @@ impl Inner {
             "SESSION_ALLOWED_ROOT_SET",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             return self.internal(AUDIT_FAILED);
         }
@@ -737,7 +731,7 @@ impl Inner {
             "ACTIVATE_SESSION",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             // Step 7.
             if started {
@@ -823,7 +817,7 @@ impl Inner {
             "RESTORE_SESSION",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             if started {
                 self.children.stop(session);
@@ -881,7 +875,7 @@ impl Inner {
             "DETACH_SESSION",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             return self.internal(AUDIT_FAILED);
         }

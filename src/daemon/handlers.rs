@@ -21,7 +21,7 @@ use std::time::Instant;
 use rustix::process::Pid;
 use serde_json::{Map, Value, json};
 
-use crate::audit::{Details, Entry, Outcome as AuditOutcome};
+use crate::audit::{Details, Entry, Outcome};
 use crate::exec::{self, ExecContext, ExecError};
 use crate::files::{self, FileContext, FileError};
 use crate::jail::RejectionKind;
@@ -215,7 +215,7 @@ fn execute_command(
     command_handled(request_id, request, exec::refuse(&ctx.exec, req, refusal))
 }
 
-fn command_handled(request_id: &str, request: &Message, outcome: exec::Outcome) -> Handled {
+fn command_handled(request_id: &str, request: &Message, outcome: exec::CommandOutcome) -> Handled {
     let result = command_audit_result(&outcome);
     let audit = match (outcome.audit, result) {
         (files::Audit::Operation(details) | files::Audit::Command { details, .. }, result) => {
@@ -250,12 +250,7 @@ fn command_handled(request_id: &str, request: &Message, outcome: exec::Outcome) 
     }
 }
 
-fn operation_entry(
-    op: MessageType,
-    request_id: &str,
-    details: Details,
-    result: AuditOutcome,
-) -> Entry {
+fn operation_entry(op: MessageType, request_id: &str, details: Details, result: Outcome) -> Entry {
     Entry {
         op: op.as_str().to_owned(),
         request_id: Some(request_id.to_owned()),
@@ -277,7 +272,7 @@ fn jail_violation(code: ErrorCode, path: String, attempted_op: MessageType) -> E
                 "attempted_op",
                 Value::String(attempted_op.as_str().to_owned()),
             ),
-        result: AuditOutcome {
+        result: Outcome {
             ok: false,
             exit_code: None,
             duration_ms: 0,
@@ -290,7 +285,7 @@ fn jail_violation(code: ErrorCode, path: String, attempted_op: MessageType) -> E
 /// The `result` of an `EXECUTE_COMMAND` record: failed with the reply's
 /// error code, or with `COMMAND_TIMEOUT` when the command ran out of time.
 /// `None` when the command is audited as a `JAIL_VIOLATION` instead.
-pub fn command_audit_result(outcome: &exec::Outcome) -> Option<AuditOutcome> {
+pub fn command_audit_result(outcome: &exec::CommandOutcome) -> Option<Outcome> {
     let files::Audit::Command {
         exit_code,
         duration_ms,
@@ -312,8 +307,8 @@ fn audit_result(
     error_code: Option<ErrorCode>,
     exit_code: Option<i64>,
     duration_ms: u64,
-) -> AuditOutcome {
-    AuditOutcome {
+) -> Outcome {
+    Outcome {
         ok: error_code.is_none(),
         exit_code,
         duration_ms,

@@ -3,7 +3,7 @@
 //! 5–12; the daemon's gates, the shell switch and the rate and concurrency
 //! limits run before [`execute`] is called).
 //!
-//! [`execute`] returns an [`Outcome`]: the reply plus what to audit. This
+//! [`execute`] returns a [`CommandOutcome`]: the reply plus what to audit. This
 //! module never writes audit records or frames itself, never passes the
 //! shim's own environment to a command beyond the safe baseline (tokens
 //! and keys stay in the shim), and never starts a command anywhere but in
@@ -141,7 +141,7 @@ impl From<FileError> for ExecError {
 
 /// The result of one `EXECUTE_COMMAND`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct CommandOutcome {
     /// The `COMMAND_RESULT` payload (also on timeout), or the error.
     pub reply: Result<CommandResult, ExecError>,
     /// What to audit: [`Audit::Command`] or [`Audit::JailViolation`].
@@ -177,7 +177,7 @@ pub fn effective_timeout(requested: Option<u64>, command_timeout_seconds: u64) -
 /// effective timeout + 6 s, or the cancellation sequence). The command is
 /// started by the spawner process, which is its parent: any thread may
 /// call this.
-pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
+pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     let started = Instant::now();
     let cwd_wire = match req.cwd.as_deref() {
         Some(cwd) if !cwd.is_empty() => cwd.to_owned(),
@@ -209,7 +209,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     }) {
         Ok(fd) => fd,
         Err(JailedError::Rejected(r)) => {
-            return Outcome {
+            return CommandOutcome {
                 audit: Audit::JailViolation {
                     rejection: r.kind,
                     path: cwd_wire,
@@ -310,7 +310,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     );
     let duration_ms = record.elapsed_ms();
     if finished.cancelled {
-        return Outcome {
+        return CommandOutcome {
             audit: Audit::Command {
                 details: record.details(),
                 exit_code: Some(finished.exit_code),
@@ -321,7 +321,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
             cancelled: true,
         };
     }
-    Outcome {
+    CommandOutcome {
         reply: Ok(CommandResult {
             stdout: finished.output.stdout,
             stderr: finished.output.stderr,
@@ -344,7 +344,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
 /// The outcome of a command refused by the daemon's rate or concurrency
 /// limit (EXEC.md §3 steps 2–3): the error and an `EXECUTE_COMMAND` record
 /// with the raw `cwd` (or the root), the wire env keys and `duration_ms` 0.
-pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> Outcome {
+pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> CommandOutcome {
     let record = Record {
         req,
         started: Instant::now(),
@@ -398,8 +398,8 @@ impl Record<'_> {
     }
 
     /// A failure before the command ran: the error and its audit record.
-    fn fail(&self, error: ExecError) -> Outcome {
-        Outcome {
+    fn fail(&self, error: ExecError) -> CommandOutcome {
+        CommandOutcome {
             audit: Audit::Command {
                 details: self.details(),
                 exit_code: None,

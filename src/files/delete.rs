@@ -22,7 +22,7 @@ use rustix::io::Errno;
 use serde_json::{Value, json};
 
 use super::write::open_parent;
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Entry, Jail, Rejection, identity};
 use crate::protocol::{Ack, FileDelete, Message, MessageType};
@@ -32,7 +32,7 @@ use crate::protocol::{Ack, FileDelete, Message, MessageType};
 const MAX_RESCANS: u8 = 2;
 
 /// Handles one `FILE_DELETE`.
-pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
+pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> FileOutcome {
     let jail = ctx.jail;
     let mut shown = None;
     let result = jailed(jail, &req.path, |d| {
@@ -80,7 +80,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
     let reply = match result {
         Ok(()) => Ok(Message::Ack(Ack::OK)),
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, req.path.clone(), MessageType::FileDelete);
+            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileDelete);
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
@@ -88,7 +88,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
     details.insert("path", Value::String(shown.unwrap_or_default()));
     details.insert("recursive", json!(req.recursive));
     details.insert("missing_ok", json!(req.missing_ok));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }

@@ -2,7 +2,7 @@
 //! beneath the jail's pinned root — never on a re-joined path string.
 //!
 //! Each operation takes its decoded request and a [`FileContext`] and returns
-//! an [`Outcome`]: the wire reply plus what to audit (the operation's
+//! a [`FileOutcome`]: the wire reply plus what to audit (the operation's
 //! `details`, or a `JAIL_VIOLATION` when the jail refused the path). This
 //! module never writes audit records or frames itself, and it must never
 //! open, create, rename or remove anything except relative to a directory
@@ -36,9 +36,7 @@ pub use stat::stat;
 pub use write::write;
 
 use crate::audit::Details;
-use crate::jail::{
-    EnforceError, EnforcementFailure, Jail, Outcome as JailOutcome, Rejection, RejectionKind,
-};
+use crate::jail::{EnforceError, EnforcementFailure, Jail, Rejection, RejectionKind, RunError};
 use crate::protocol::{Message, MessageType};
 
 /// What every file operation needs besides its request.
@@ -193,14 +191,14 @@ pub enum Audit {
 
 /// The result of one file operation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct FileOutcome {
     /// The typed response, or the error to answer with.
     pub reply: Result<Message, FileError>,
     /// What to audit.
     pub audit: Audit,
 }
 
-impl Outcome {
+impl FileOutcome {
     /// The outcome of a jail refusal: the error reply and a `JAIL_VIOLATION`.
     pub(crate) fn rejected(rejection: Rejection, path: String, op: MessageType) -> Self {
         Self {
@@ -237,24 +235,24 @@ pub(crate) fn os_error(shown: &str, errno: Errno) -> FileError {
 }
 
 /// Runs a jailed step for `wire`, turning the jail's verdicts into the
-/// final result; the caller builds the [`Outcome`] (and its audit details).
+/// final result; the caller builds the [`FileOutcome`] (and its audit details).
 pub(crate) fn jailed<T>(
     jail: &Jail,
     wire: &str,
     op: impl FnMut(&crate::jail::Decision) -> Result<T, Step>,
 ) -> Result<T, JailedError> {
     jail.run(wire, op).map_err(|e| match e {
-        JailOutcome::Rejected(r) => JailedError::Rejected(r),
-        JailOutcome::Failed(Step::Fail(f)) => JailedError::Failed(f),
-        JailOutcome::Failed(Step::Reject(r)) => JailedError::Rejected(r),
+        RunError::Rejected(r) => JailedError::Rejected(r),
+        RunError::Failed(Step::Fail(f)) => JailedError::Failed(f),
+        RunError::Failed(Step::Reject(r)) => JailedError::Rejected(r),
         // A name too long for the kernel, met through a symlink's target,
         // is a path the jail cannot accept (JAIL.md §6.13).
-        JailOutcome::Failed(Step::Enforce(EnforceError::NameTooLong)) => {
+        RunError::Failed(Step::Enforce(EnforceError::NameTooLong)) => {
             JailedError::Rejected(Rejection::invalid_chars(format!(
                 "Path '{wire}' resolves to a name too long for the system"
             )))
         }
-        JailOutcome::Failed(Step::Enforce(e)) => JailedError::Failed(enforce_error(e, wire)),
+        RunError::Failed(Step::Enforce(e)) => JailedError::Failed(enforce_error(e, wire)),
     })
 }
 

@@ -28,7 +28,7 @@ use super::delete::{
     FsId, acted_on, boundary_error, delete_tree, open_subdir, protected_refusal, root_refusal,
 };
 use super::write::{open_parent, with_temp_name, write_all};
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{EnforceError, Entry, Jail, identity};
 use crate::protocol::{Ack, FileMove, Message, MessageType};
@@ -51,7 +51,7 @@ const COPY_CHUNK: usize = 1 << 16;
 const MAX_COPY_DEPTH: usize = 256;
 
 /// Handles one `FILE_MOVE`.
-pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
+pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> FileOutcome {
     let jail = ctx.jail;
     let both = format!("{} -> {}", req.src, req.dst);
     let mut src_shown = None;
@@ -120,7 +120,7 @@ pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
     let reply = match result {
         Ok(()) => Ok(Message::Ack(Ack::OK)),
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, both, MessageType::FileMove);
+            return FileOutcome::rejected(r, both, MessageType::FileMove);
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
@@ -128,7 +128,7 @@ pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
     details.insert("src", Value::String(src_shown.unwrap_or_default()));
     details.insert("dst", Value::String(dst_shown.unwrap_or_default()));
     details.insert("overwrite", json!(req.overwrite));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }

@@ -162,7 +162,7 @@ pub struct Entry {
 /// What went wrong inside [`Jail::run`]: a jail verdict (audited as
 /// `JAIL_VIOLATION`) or the operation's own failure.
 #[derive(Debug)]
-pub enum Outcome<E> {
+pub enum RunError<E> {
     /// Refused by the jail.
     Rejected(Rejection),
     /// The operation failed after the jail accepted.
@@ -479,19 +479,19 @@ impl Jail {
         &self,
         wire: &str,
         mut op: impl FnMut(&Decision) -> Result<T, E>,
-    ) -> Result<T, Outcome<E>> {
+    ) -> Result<T, RunError<E>> {
         let mut attempt = 0;
         loop {
-            let decision = self.decide(wire).map_err(Outcome::Rejected)?;
+            let decision = self.decide(wire).map_err(RunError::Rejected)?;
             match op(&decision) {
                 Ok(value) => return Ok(value),
                 Err(e) if e.tree_changed() && attempt == 0 => attempt += 1,
                 Err(e) if e.tree_changed() => {
-                    return Err(Outcome::Rejected(Rejection::outside(format!(
+                    return Err(RunError::Rejected(Rejection::outside(format!(
                         "Path '{wire}' changed while it was being opened; refusing to follow it"
                     ))));
                 }
-                Err(e) => return Err(Outcome::Failed(e)),
+                Err(e) => return Err(RunError::Failed(e)),
             }
         }
     }
