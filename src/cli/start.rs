@@ -30,8 +30,8 @@ use crate::control::grant::GrantKey;
 use crate::control::plane::{ControlPlane, ControlSettings, IDLE_AFTER, REAP_INTERVAL};
 use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
-use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
-use crate::daemon::pool::{Pool, WORKERS};
+use crate::daemon::limits::{MachineLimitSettings, MachineLimits, MachineWorkPool};
+use crate::daemon::pool::{WORKERS, WorkerThreads};
 use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
@@ -432,7 +432,7 @@ struct Running {
     /// The connection's own workers: in control mode the control requests
     /// never wait behind (or hold up) the children's work, which runs on
     /// the shared pool.
-    pool: Arc<Pool>,
+    pool: Arc<WorkerThreads>,
     control: Option<Arc<ControlPlane>>,
     reaper: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -467,13 +467,13 @@ impl Running {
         }
         // Workers build and free frames of up to 16 MiB on many threads.
         sys::return_large_allocations();
-        let pool = Pool::new(WORKERS)
+        let pool = WorkerThreads::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;
         // Control requests may wait for a child to stop, and a child's
         // teardown waits for its own requests: they must not share workers.
         let control_pool = match &daemon {
-            Daemon::Control => Pool::new(WORKERS)
+            Daemon::Control => WorkerThreads::new(WORKERS)
                 .map(Arc::new)
                 .map_err(|e| format!("cannot start the control workers: {e}"))?,
             Daemon::Legacy { .. } => Arc::clone(&pool),
@@ -519,7 +519,7 @@ impl Running {
                 None,
             ),
             Daemon::Control => {
-                let machine_pool = Arc::new(WorkPool::new(ceilings.max_concurrent));
+                let machine_pool = Arc::new(MachineWorkPool::new(ceilings.max_concurrent));
                 let data_kind = ConnectionKind::Data {
                     session_id: String::new(),
                 };

@@ -21,8 +21,8 @@ use super::bindings::Binding;
 use crate::audit::AuditLog;
 use crate::daemon::backlog::{ByteBudget, MACHINE_BACKLOG_BYTES};
 use crate::daemon::handshake::{Identity, Limits, Probes};
-use crate::daemon::limits::WorkPool;
-use crate::daemon::pool::Pool;
+use crate::daemon::limits::MachineWorkPool;
+use crate::daemon::pool::WorkerThreads;
 use crate::daemon::runtime::{self, Credentials, DataSession, RuntimeEnd, Session};
 use crate::daemon::session::{Activity, AuditSink, DataPlane};
 use crate::jail::{Jail, JailOptions};
@@ -98,8 +98,8 @@ struct Child {
 /// The live children and what they share.
 pub struct Children {
     template: ChildTemplate,
-    pool: Arc<Pool>,
-    machine_pool: Arc<WorkPool>,
+    pool: Arc<WorkerThreads>,
+    machine_pool: Arc<MachineWorkPool>,
     /// Bytes of responses waiting on all children together.
     machine_bytes: ByteBudget,
     live: Mutex<HashMap<String, Child>>,
@@ -122,8 +122,8 @@ impl Children {
     /// that concerns the whole daemon.
     pub fn new(
         template: ChildTemplate,
-        pool: Arc<Pool>,
-        machine_pool: Arc<WorkPool>,
+        pool: Arc<WorkerThreads>,
+        machine_pool: Arc<MachineWorkPool>,
         daemon_stop: Arc<AtomicBool>,
     ) -> Children {
         Children {

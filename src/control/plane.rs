@@ -24,7 +24,7 @@ use super::folder::{self, FolderError};
 use super::grant::{self, Claims, GrantError, GrantKey};
 use crate::audit::{AuditLog, Details, Entry, Outcome};
 use crate::daemon::handshake::{ConnectionKind, Limits, Negotiated};
-use crate::daemon::limits::WorkPool;
+use crate::daemon::limits::MachineWorkPool;
 use crate::daemon::runtime::Plane;
 use crate::daemon::session::{ControlRequests, Serving, now_ts};
 use crate::jail::{ProtectedLocations, roots};
@@ -135,7 +135,7 @@ struct Inner {
     audit: AuditLog,
     log: Log,
     ceilings: Mutex<Limits>,
-    machine_pool: Arc<WorkPool>,
+    machine_pool: Arc<MachineWorkPool>,
     connection_id: Mutex<Option<String>>,
 }
 
@@ -153,7 +153,7 @@ impl ControlPlane {
     pub fn new(
         settings: ControlSettings,
         children: Children,
-        machine_pool: Arc<WorkPool>,
+        machine_pool: Arc<MachineWorkPool>,
     ) -> ControlPlane {
         ControlPlane {
             inner: Arc::new(Inner {

@@ -503,29 +503,29 @@ impl Drop for Admitted {
 /// Resized to the control connection's effective `max_concurrent` at each
 /// control handshake. Waiters are woken in no particular order.
 #[derive(Debug, Clone)]
-pub struct WorkPool {
-    shared: Arc<Pool>,
+pub struct MachineWorkPool {
+    shared: Arc<Shared>,
 }
 
 #[derive(Debug)]
-struct Pool {
-    state: Mutex<PoolState>,
+struct Shared {
+    state: Mutex<PermitState>,
     changed: Condvar,
 }
 
 #[derive(Debug)]
-struct PoolState {
+struct PermitState {
     size: u64,
     in_use: u64,
     waiting: u64,
 }
 
-impl WorkPool {
+impl MachineWorkPool {
     /// A pool of `size` permits, none in use.
-    pub fn new(size: NonZeroU64) -> WorkPool {
-        WorkPool {
-            shared: Arc::new(Pool {
-                state: Mutex::new(PoolState {
+    pub fn new(size: NonZeroU64) -> MachineWorkPool {
+        MachineWorkPool {
+            shared: Arc::new(Shared {
+                state: Mutex::new(PermitState {
                     size: size.get(),
                     in_use: 0,
                     waiting: 0,
@@ -575,7 +575,7 @@ impl WorkPool {
 
     /// Waits for a permit unless `cancelled` returns true, which is checked
     /// before each wait and after each wake-up. Whoever makes `cancelled`
-    /// true must then call [`WorkPool::wake_waiters`] so sleeping waiters
+    /// true must then call [`MachineWorkPool::wake_waiters`] so sleeping waiters
     /// notice (a connection that ends cancels its waiting requests, §11.4).
     pub fn acquire_unless(&self, cancelled: impl Fn() -> bool) -> Option<WorkPermit> {
         let mut state = lock(&self.shared.state);
@@ -604,7 +604,7 @@ impl WorkPool {
         self.shared.changed.notify_all();
     }
 
-    fn take(&self, state: &mut PoolState) -> Option<WorkPermit> {
+    fn take(&self, state: &mut PermitState) -> Option<WorkPermit> {
         if state.in_use >= state.size {
             return None;
         }
@@ -619,7 +619,7 @@ impl WorkPool {
 #[derive(Debug)]
 #[must_use = "the work permit is released as soon as it is dropped"]
 pub struct WorkPermit {
-    shared: Arc<Pool>,
+    shared: Arc<Shared>,
 }
 
 impl Drop for WorkPermit {
@@ -1011,7 +1011,7 @@ mod tests {
     // --- machine work pool -------------------------------------------------------
 
     /// Spins until one caller sleeps in the pool's wait.
-    fn wait_until_blocked(pool: &WorkPool) {
+    fn wait_until_blocked(pool: &MachineWorkPool) {
         while pool.waiting() == 0 {
             thread::yield_now();
         }
@@ -1020,7 +1020,7 @@ mod tests {
     #[test]
     fn work_pool_never_exceeds_its_size_across_threads() {
         const SIZE: u64 = 2;
-        let pool = WorkPool::new(n(SIZE));
+        let pool = MachineWorkPool::new(n(SIZE));
         let running = Arc::new(AtomicU64::new(0));
         let peak = Arc::new(AtomicU64::new(0));
         let workers: Vec<_> = (0..6)
@@ -1047,7 +1047,7 @@ mod tests {
 
     #[test]
     fn work_pool_waiter_proceeds_when_a_permit_is_released() {
-        let pool = WorkPool::new(n(1));
+        let pool = MachineWorkPool::new(n(1));
         let held = pool.acquire();
         let waiter = {
             let pool = pool.clone();
@@ -1062,7 +1062,7 @@ mod tests {
 
     #[test]
     fn shrinking_the_pool_holds_new_work_until_usage_falls() {
-        let pool = WorkPool::new(n(3));
+        let pool = MachineWorkPool::new(n(3));
         let a = pool.acquire();
         let b = pool.acquire();
         pool.resize(n(1));
@@ -1078,7 +1078,7 @@ mod tests {
 
     #[test]
     fn growing_the_pool_wakes_a_waiter() {
-        let pool = WorkPool::new(n(1));
+        let pool = MachineWorkPool::new(n(1));
         let _held = pool.acquire();
         let waiter = {
             let pool = pool.clone();
@@ -1091,7 +1091,7 @@ mod tests {
 
     #[test]
     fn cancelled_waiter_leaves_without_a_permit() {
-        let pool = WorkPool::new(n(1));
+        let pool = MachineWorkPool::new(n(1));
         let held = pool.acquire();
         let cancelled = Arc::new(AtomicBool::new(false));
         let waiter = {

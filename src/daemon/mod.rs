@@ -5,7 +5,7 @@
 //! Data flow: [`handshake`] builds the HELLO and judges the HELLO_ACK; a
 //! transport connection is bridged by [`link`] and served by [`session`]
 //! (reader, writer, admission, capability gate), which hands admitted
-//! requests to the [`pool`]; a worker runs the operation through
+//! requests to the [`pool`]'s worker threads; a worker runs the operation through
 //! [`handlers`] under the machine-wide [`limits`], and the record is made
 //! durable before the response is queued. [`handshake`] and [`limits`] are
 //! sans-IO: they take frames, settings and `Instant`s and return decisions.

@@ -22,9 +22,9 @@ use super::backlog::ByteBudget;
 use super::handshake::{
     self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
 };
-use super::limits::WorkPool;
+use super::limits::MachineWorkPool;
 use super::link::{LinkIn, LinkOut};
-use super::pool::Pool;
+use super::pool::WorkerThreads;
 use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};
 use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
 use crate::audit::{Details, Entry};
@@ -85,7 +85,7 @@ pub trait Plane: Send + Sync {
         None
     }
     /// The machine-wide work pool (child runtimes).
-    fn machine_pool(&self) -> Option<Arc<WorkPool>> {
+    fn machine_pool(&self) -> Option<Arc<MachineWorkPool>> {
         None
     }
     /// The byte budget all child runtimes' waiting responses share.
@@ -105,7 +105,7 @@ pub struct DataSession {
     /// Idle tracking (child runtimes only).
     pub activity: Option<Arc<Activity>>,
     /// The machine-wide work pool (child runtimes only).
-    pub machine_pool: Option<Arc<WorkPool>>,
+    pub machine_pool: Option<Arc<MachineWorkPool>>,
     /// The byte budget of all children's waiting responses (child runtimes
     /// only).
     pub machine_bytes: Option<ByteBudget>,
@@ -130,7 +130,7 @@ impl Plane for DataSession {
         self.activity.clone()
     }
 
-    fn machine_pool(&self) -> Option<Arc<WorkPool>> {
+    fn machine_pool(&self) -> Option<Arc<MachineWorkPool>> {
         self.machine_pool.clone()
     }
 
@@ -229,7 +229,7 @@ struct Tries {
 }
 
 /// Runs the session until it ends.
-pub fn run(session: &Session, pool: &Pool) -> RuntimeEnd {
+pub fn run(session: &Session, pool: &WorkerThreads) -> RuntimeEnd {
     let mut tries = Tries::default();
     let mut renewed: Option<Zeroizing<String>> = None;
     loop {
@@ -296,7 +296,7 @@ impl Tries {
 /// One connection attempt: upgrade, handshake, serve.
 fn attempt_once(
     session: &Session,
-    pool: &Pool,
+    pool: &WorkerThreads,
     token: Option<Zeroizing<String>>,
     is_retry: bool,
     tries: &mut Tries,
