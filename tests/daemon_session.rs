@@ -533,7 +533,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
 
 #[test]
 fn command_over_the_rate_limit_is_refused_and_audited_with_duration_zero() {
-    use autogpt_shim::daemon::limits::{MachineLimitSettings, MachineLimits};
+    use autogpt_shim::daemon::capacity::{MachineLimitSettings, MachineLimits};
     let tmp = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(tmp.path()).unwrap();
     let limits = MachineLimits::new(MachineLimitSettings {

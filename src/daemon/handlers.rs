@@ -459,7 +459,7 @@ fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-impl CommandGate for super::limits::MachineLimits {
+impl CommandGate for super::capacity::MachineLimits {
     fn enter(&self) -> CommandEntry {
         match self.start_command(Instant::now()) {
             Ok(slot) => Ok(Box::new(slot)),

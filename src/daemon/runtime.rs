@@ -19,10 +19,10 @@ use serde_json::json;
 use zeroize::Zeroizing;
 
 use super::backlog::ByteBudget;
+use super::capacity::MachineWorkPool;
 use super::handshake::{
     self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
 };
-use super::limits::MachineWorkPool;
 use super::link::{LinkIn, LinkOut};
 use super::pool::WorkerThreads;
 use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};

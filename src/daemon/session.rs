@@ -31,8 +31,8 @@ use rustix::process::Pid;
 use serde_json::json;
 
 use super::backlog::{Backlog, ByteBudget, Held};
+use super::capacity::{Admitted, MachineWorkPool, Overloaded, RequestSlots};
 use super::handlers::{self, CommandEntry, CommandGate};
-use super::limits::{Admitted, MachineWorkPool, Overloaded, RequestSlots};
 use super::pool::{self, Job, WorkerThreads};
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, PlatformDeadline, Spawner};
