@@ -229,7 +229,7 @@ pub(crate) fn enforce_error(e: EnforceError, shown: &str) -> FileError {
     }
 }
 
-/// An OS error as an `INTERNAL_ERROR` message.
+/// An OS error met on `shown`, as an internal failure.
 pub(crate) fn os_error(shown: &str, errno: Errno) -> FileError {
     FileError::internal(format!("{shown}: {}", std::io::Error::from(errno)))
 }
