@@ -25,7 +25,7 @@ use crate::audit::{Details, Entry, Outcome};
 use crate::exec::{self, ExecContext, ExecError};
 use crate::files::{self, FileContext, FileError};
 use crate::jail::RejectionKind;
-use crate::protocol::{ErrorCode, ErrorPayload, Message, MessageType};
+use crate::protocol::{CommandResult, ErrorCode, ErrorPayload, Message, MessageType};
 
 /// The machine-wide command limits (EXEC.md §8.3–§8.4): the rate window
 /// first, then the concurrency limit. A permit is held for the command's
@@ -216,24 +216,31 @@ fn execute_command(
 }
 
 fn command_handled(request_id: &str, request: &Message, outcome: exec::CommandOutcome) -> Handled {
-    let result = command_audit_result(&outcome);
-    let audit = match (outcome.audit, result) {
-        (files::Audit::Operation(details) | files::Audit::Command { details, .. }, result) => {
-            operation_entry(
-                MessageType::ExecuteCommand,
-                request_id,
-                details,
-                result.unwrap_or_else(|| audit_result(None, None, 0)),
-            )
-        }
-        (
-            files::Audit::JailViolation {
-                rejection,
-                path,
-                attempted_op,
-            },
-            _,
-        ) => jail_violation(rejection_code(rejection), path, attempted_op),
+    let error_code = command_error_code(&outcome.reply);
+    let audit = match outcome.audit {
+        files::Audit::Command {
+            details,
+            exit_code,
+            duration_ms,
+        } => operation_entry(
+            MessageType::ExecuteCommand,
+            request_id,
+            details,
+            audit_result(error_code, exit_code, duration_ms),
+        ),
+        // `exec` builds only the two other kinds; a bare operation record
+        // would still carry the reply's code.
+        files::Audit::Operation(details) => operation_entry(
+            MessageType::ExecuteCommand,
+            request_id,
+            details,
+            audit_result(error_code, None, 0),
+        ),
+        files::Audit::JailViolation {
+            rejection,
+            path,
+            attempted_op,
+        } => jail_violation(rejection_code(rejection), path, attempted_op),
     };
     let reply = if outcome.cancelled {
         None
@@ -294,12 +301,21 @@ pub fn command_audit_result(outcome: &exec::CommandOutcome) -> Option<Outcome> {
     else {
         return None;
     };
-    let error_code = match &outcome.reply {
+    Some(audit_result(
+        command_error_code(&outcome.reply),
+        *exit_code,
+        *duration_ms,
+    ))
+}
+
+/// A command's recorded error code: its error's, or `COMMAND_TIMEOUT` for a
+/// result that ran out of time.
+fn command_error_code(reply: &Result<CommandResult, ExecError>) -> Option<ErrorCode> {
+    match reply {
         Err(e) => Some(e.code()),
         Ok(result) if result.timed_out => Some(ErrorCode::CommandTimeout),
         Ok(_) => None,
-    };
-    Some(audit_result(error_code, *exit_code, *duration_ms))
+    }
 }
 
 /// An operation record's `result`: `ok` exactly when there is no error code.
