@@ -18,10 +18,10 @@ use autogpt_shim::control::bindings::Revisions;
 use autogpt_shim::control::children::{ChildTemplate, Children};
 use autogpt_shim::control::grant::GrantKey;
 use autogpt_shim::control::plane::{ControlPlane, ControlSettings};
+use autogpt_shim::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
 use autogpt_shim::daemon::handlers::CommandGate;
 use autogpt_shim::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits};
-use autogpt_shim::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
-use autogpt_shim::daemon::pool::{Pool, WORKERS};
+use autogpt_shim::daemon::pool::{WORKERS, WorkerThreads};
 use autogpt_shim::daemon::runtime::{Credentials, Plane, Renewal};
 use autogpt_shim::daemon::session::{DataPlane, Serving};
 use autogpt_shim::exec::Spawner;
@@ -85,7 +85,7 @@ fn fixture() -> Fixture {
         session_id: String::new(),
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let machine_pool = Arc::new(WorkPool::new(NonZeroU64::new(4).unwrap()));
+    let machine_pool = Arc::new(MachineWorkPool::new(NonZeroU64::new(4).unwrap()));
     let template = ChildTemplate {
         endpoints: Endpoints::derive(&emulator.platform_url(), None, None),
         connector: Arc::new(connector),
@@ -120,7 +120,7 @@ fn fixture() -> Fixture {
     };
     let children = Children::new(
         template,
-        Arc::new(Pool::new(WORKERS).unwrap()),
+        Arc::new(WorkerThreads::new(WORKERS).unwrap()),
         Arc::clone(&machine_pool),
         stop,
     );

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
 use autogpt_shim::daemon::handlers::CommandGate;
-use autogpt_shim::daemon::pool::{Pool, WORKERS};
+use autogpt_shim::daemon::pool::{WORKERS, WorkerThreads};
 use autogpt_shim::daemon::session::{
     self, AuditSink, DataPlane, End, Ended, Inbound, Outbound, Serving, Setup,
 };
@@ -149,7 +149,7 @@ fn start(granted: &[&str], shell_enabled: bool, max_concurrent: u64) -> Fx {
     let (to_shim, rx) = unbounded();
     let (tx, from_shim) = unbounded();
     let served = std::thread::spawn(move || {
-        let pool = Pool::new(WORKERS).unwrap();
+        let pool = WorkerThreads::new(WORKERS).unwrap();
         session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
     });
     Fx {
@@ -426,7 +426,7 @@ fn a_failed_write_ends_the_connection_without_waiting_for_the_platform() {
     // Nothing can be sent: every write fails.
     drop(from_shim);
     let served = std::thread::spawn(move || {
-        let pool = Pool::new(WORKERS).unwrap();
+        let pool = WorkerThreads::new(WORKERS).unwrap();
         session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
     });
     let ping = json!({"type": "PING", "id": "p", "ts": 1.0});
@@ -489,7 +489,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
         let ack: Value = serde_json::from_slice(&ack).unwrap();
         assert_eq!(ack["type"], "HELLO_ACK");
         let stop = Arc::new(AtomicBool::new(false));
-        let pool = Pool::new(WORKERS).unwrap();
+        let pool = WorkerThreads::new(WORKERS).unwrap();
         session::serve(
             setup,
             &pool,
@@ -533,7 +533,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
 
 #[test]
 fn command_over_the_rate_limit_is_refused_and_audited_with_duration_zero() {
-    use autogpt_shim::daemon::limits::{MachineLimitSettings, MachineLimits};
+    use autogpt_shim::daemon::capacity::{MachineLimitSettings, MachineLimits};
     let tmp = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(tmp.path()).unwrap();
     let limits = MachineLimits::new(MachineLimitSettings {
@@ -545,7 +545,7 @@ fn command_over_the_rate_limit_is_refused_and_audited_with_duration_zero() {
     let (to_shim, rx) = unbounded();
     let (tx, from_shim) = unbounded();
     let served = std::thread::spawn(move || {
-        let pool = Pool::new(WORKERS).unwrap();
+        let pool = WorkerThreads::new(WORKERS).unwrap();
         session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
     });
     let fx = Fx {

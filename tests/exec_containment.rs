@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use autogpt_shim::daemon::handlers::OperationError;
 use autogpt_shim::exec::{CANCELLED, run};
 use autogpt_shim::protocol::ErrorCode;
 use exec_support::*;
@@ -173,7 +174,7 @@ fn cancelled_command_is_terminated_and_reports_no_result() {
     assert!(out.cancelled);
     let e = error(&out);
     assert_eq!(
-        (e.code, e.message.as_str()),
+        (e.code(), e.message()),
         (ErrorCode::InternalError, CANCELLED)
     );
     let (_, result) = record(&out);

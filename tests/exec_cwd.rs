@@ -7,7 +7,9 @@
 
 mod exec_support;
 
-use autogpt_shim::exec::Audit;
+use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::files::Audit;
+use autogpt_shim::jail::RejectionKind;
 use autogpt_shim::protocol::{ErrorCode, MessageType};
 use exec_support::*;
 
@@ -46,11 +48,11 @@ fn cwd_outside_the_root_is_a_jail_violation_only() {
         req.cwd = Some(cwd.into());
         let out = fx.run(&req);
         let e = error(&out);
-        assert_eq!(e.code, ErrorCode::PathOutsideAllowedRoot, "{cwd}");
+        assert_eq!(e.code(), ErrorCode::PathOutsideAllowedRoot, "{cwd}");
         assert_eq!(
             out.audit,
             Audit::JailViolation {
-                code: ErrorCode::PathOutsideAllowedRoot,
+                rejection: RejectionKind::OutsideRoot,
                 path: cwd.to_owned(),
                 attempted_op: MessageType::ExecuteCommand,
             }
@@ -77,7 +79,7 @@ fn missing_cwd_is_path_not_found() {
     let mut req = command("true");
     req.cwd = Some("nope/deeper".into());
     let out = fx.run(&req);
-    assert_eq!(error(&out).code, ErrorCode::PathNotFound);
+    assert_eq!(error(&out).code(), ErrorCode::PathNotFound);
     let (details, result) = record(&out);
     assert_eq!(result.error_code.as_deref(), Some("PATH_NOT_FOUND"));
     assert_eq!(details["cwd"], format!("{}/nope/deeper", fx.root_str()));
@@ -91,7 +93,7 @@ fn cwd_that_is_a_file_is_an_internal_error() {
     req.cwd = Some("file".into());
     let out = fx.run(&req);
     let e = error(&out);
-    assert_eq!(e.code, ErrorCode::InternalError);
-    assert!(e.message.contains("Not a directory"), "{}", e.message);
+    assert_eq!(e.code(), ErrorCode::InternalError);
+    assert!(e.message().contains("Not a directory"), "{}", e.message());
     assert_eq!(record(&out).1.error_code.as_deref(), Some("INTERNAL_ERROR"));
 }

@@ -9,6 +9,7 @@ mod exec_support;
 
 use std::collections::BTreeMap;
 
+use autogpt_shim::daemon::handlers::OperationError;
 use autogpt_shim::protocol::ErrorCode;
 use exec_support::*;
 
@@ -147,8 +148,8 @@ fn invalid_entries_are_refused_before_spawning() {
         req.env.insert("OTHER".into(), "x".into());
         let out = fx.run(&req);
         let e = error(&out);
-        assert_eq!(e.code, ErrorCode::InternalError, "{name:?}");
-        assert!(!e.message.contains("secret"), "{}", e.message);
+        assert_eq!(e.code(), ErrorCode::InternalError, "{name:?}");
+        assert!(!e.message().contains("secret"), "{}", e.message());
         // Not built yet: the audit names the wire keys only.
         let mut wire: Vec<String> = vec![name.into(), "OTHER".into()];
         wire.sort();

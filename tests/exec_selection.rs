@@ -6,6 +6,7 @@
 
 mod exec_support;
 
+use autogpt_shim::daemon::handlers::OperationError;
 use autogpt_shim::exec::EXACTLY_ONE;
 use autogpt_shim::protocol::{ErrorCode, Shell};
 use exec_support::*;
@@ -17,8 +18,8 @@ fn both_command_and_argv_is_an_audited_internal_error() {
     req.argv = Some(vec!["true".into()]);
     let out = fx.run(&req);
     let e = error(&out);
-    assert_eq!(e.code, ErrorCode::InternalError);
-    assert_eq!(e.message, EXACTLY_ONE);
+    assert_eq!(e.code(), ErrorCode::InternalError);
+    assert_eq!(e.message(), EXACTLY_ONE);
     let (details, result) = record(&out);
     assert!(!result.ok);
     assert_eq!(result.error_code.as_deref(), Some("INTERNAL_ERROR"));
@@ -44,7 +45,7 @@ fn neither_command_nor_argv_is_an_internal_error() {
     let mut req = command("");
     req.command = None;
     let out = fx.run(&req);
-    assert_eq!(error(&out).message, EXACTLY_ONE);
+    assert_eq!(error(&out).message(), EXACTLY_ONE);
 }
 
 #[test]
@@ -61,8 +62,8 @@ fn empty_argv_is_rejected_after_the_jail() {
     req.cwd = Some("sub".into());
     let out = fx.run(&req);
     let e = error(&out);
-    assert_eq!(e.code, ErrorCode::InternalError);
-    assert_eq!(e.message, "argv must not be empty");
+    assert_eq!(e.code(), ErrorCode::InternalError);
+    assert_eq!(e.message(), "argv must not be empty");
     let (details, _) = record(&out);
     assert_eq!(details["cwd"], format!("{}/sub", fx.root_str()));
 }
@@ -111,9 +112,9 @@ fn missing_shell_is_shell_not_available() {
         req.shell = shell;
         let out = fx.run(&req);
         let e = error(&out);
-        assert_eq!(e.code, ErrorCode::ShellNotAvailable);
+        assert_eq!(e.code(), ErrorCode::ShellNotAvailable);
         assert_eq!(
-            e.message,
+            e.message(),
             format!("Shell '{shell}' is not available on this OS.")
         );
         let (_, result) = record(&out);
@@ -127,7 +128,7 @@ fn windows_shells_are_never_available() {
     for shell in [Shell::Powershell, Shell::Cmd] {
         let mut req = command("true");
         req.shell = shell;
-        assert_eq!(error(&fx.run(&req)).code, ErrorCode::ShellNotAvailable);
+        assert_eq!(error(&fx.run(&req)).code(), ErrorCode::ShellNotAvailable);
     }
 }
 
@@ -155,8 +156,8 @@ fn argv0_is_searched_on_the_childs_path() {
     // Without the wire PATH the shim's PATH is used, which lacks it.
     let out = fx.run(&argv(&["only-here"]));
     let e = error(&out);
-    assert_eq!(e.code, ErrorCode::ShellNotAvailable);
-    assert_eq!(e.message, "Executable not found: only-here");
+    assert_eq!(e.code(), ErrorCode::ShellNotAvailable);
+    assert_eq!(e.message(), "Executable not found: only-here");
 }
 
 #[test]
@@ -174,7 +175,7 @@ fn non_executable_program_is_an_internal_error() {
     std::fs::write(fx.root.join("plain"), "data").unwrap();
     let out = fx.run(&argv(&["./plain"]));
     let e = error(&out);
-    assert_eq!(e.code, ErrorCode::InternalError);
+    assert_eq!(e.code(), ErrorCode::InternalError);
     let (_, result) = record(&out);
     assert_eq!(result.error_code.as_deref(), Some("INTERNAL_ERROR"));
 }
@@ -183,7 +184,7 @@ fn non_executable_program_is_an_internal_error() {
 fn nul_in_an_argument_is_an_internal_error() {
     let fx = Fx::new();
     let out = fx.run(&argv(&["echo", "a\0b"]));
-    assert_eq!(error(&out).code, ErrorCode::InternalError);
+    assert_eq!(error(&out).code(), ErrorCode::InternalError);
 }
 
 #[test]

@@ -8,8 +8,9 @@
 
 use std::path::PathBuf;
 
+use autogpt_shim::daemon::handlers::OperationError;
 use autogpt_shim::files::glob::MAX_GLOB_CHARS;
-use autogpt_shim::files::{self, Audit, FileContext, Outcome};
+use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{ErrorCode, FileList, Message};
 use rustix::fs::Mode;
@@ -78,14 +79,14 @@ fn list_req(path: &str, glob: &str) -> FileList {
     }
 }
 
-fn error(out: &Outcome) -> (ErrorCode, String) {
+fn error(out: &FileOutcome) -> (ErrorCode, String) {
     match &out.reply {
-        Err(e) => (e.code, e.message.clone()),
+        Err(e) => (e.code(), e.message().to_owned()),
         Ok(m) => panic!("expected an error, got {m:?}"),
     }
 }
 
-fn entry_names(out: &Outcome) -> Vec<String> {
+fn entry_names(out: &FileOutcome) -> Vec<String> {
     match &out.reply {
         Ok(Message::FileListResponse(r)) => r.entries.iter().map(|e| e.name.clone()).collect(),
         other => panic!("expected a listing, got {other:?}"),

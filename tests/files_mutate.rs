@@ -20,7 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use autogpt_shim::files::{self, Audit, FileContext, Outcome};
+use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::daemon::handlers::rejection_code;
+use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
+use autogpt_shim::jail::RejectionKind;
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
     Ack, Encoding, ErrorCode, FileDelete, FileMove, FileStat, FileWrite, Message, MessageType,
@@ -110,15 +113,15 @@ impl Fx {
         }
     }
 
-    fn write(&self, path: &str, content: &str) -> Outcome {
+    fn write(&self, path: &str, content: &str) -> FileOutcome {
         files::write(&self.ctx(), &write_req(path, content, false))
     }
 
-    fn write_parents(&self, path: &str, content: &str) -> Outcome {
+    fn write_parents(&self, path: &str, content: &str) -> FileOutcome {
         files::write(&self.ctx(), &write_req(path, content, true))
     }
 
-    fn delete(&self, path: &str, recursive: bool, missing_ok: bool) -> Outcome {
+    fn delete(&self, path: &str, recursive: bool, missing_ok: bool) -> FileOutcome {
         files::delete(
             &self.ctx(),
             &FileDelete {
@@ -129,7 +132,7 @@ impl Fx {
         )
     }
 
-    fn mv(&self, src: &str, dst: &str, overwrite: bool) -> Outcome {
+    fn mv(&self, src: &str, dst: &str, overwrite: bool) -> FileOutcome {
         files::move_entry(
             &self.ctx(),
             &FileMove {
@@ -140,7 +143,7 @@ impl Fx {
         )
     }
 
-    fn stat(&self, path: &str, follow_symlinks: bool) -> Outcome {
+    fn stat(&self, path: &str, follow_symlinks: bool) -> FileOutcome {
         files::stat(
             &self.ctx(),
             &FileStat {
@@ -242,7 +245,7 @@ fn both(body: impl Fn(&Fx)) {
 // ---- outcome checks --------------------------------------------------------------
 
 #[track_caller]
-fn assert_ack(fx: &Fx, o: &Outcome) {
+fn assert_ack(fx: &Fx, o: &FileOutcome) {
     assert_eq!(
         o.reply,
         Ok(Message::Ack(Ack::OK)),
@@ -257,9 +260,9 @@ fn assert_ack(fx: &Fx, o: &Outcome) {
 }
 
 #[track_caller]
-fn assert_error(fx: &Fx, o: &Outcome, code: ErrorCode) {
+fn assert_error(fx: &Fx, o: &FileOutcome, code: ErrorCode) {
     match &o.reply {
-        Err(e) => assert_eq!(e.code, code, "[{}] {}", fx.label(), e.message),
+        Err(e) => assert_eq!(e.code(), code, "[{}] {}", fx.label(), e.message()),
         Ok(m) => panic!("[{}] expected {code:?}, got {m:?}", fx.label()),
     }
     assert!(
@@ -271,32 +274,35 @@ fn assert_error(fx: &Fx, o: &Outcome, code: ErrorCode) {
 }
 
 #[track_caller]
-fn assert_violation(fx: &Fx, o: &Outcome, code: ErrorCode, path: &str, op: MessageType) {
+fn assert_violation(fx: &Fx, o: &FileOutcome, code: ErrorCode, path: &str, op: MessageType) {
     match &o.reply {
-        Err(e) => assert_eq!(e.code, code, "[{}] {}", fx.label(), e.message),
+        Err(e) => assert_eq!(e.code(), code, "[{}] {}", fx.label(), e.message()),
         Ok(m) => panic!("[{}] expected {code:?}, got {m:?}", fx.label()),
     }
-    assert_eq!(
-        o.audit,
+    match &o.audit {
         Audit::JailViolation {
-            code,
-            path: path.to_owned(),
-            attempted_op: op,
-        },
-        "[{}]",
-        fx.label()
-    );
+            rejection,
+            path: audited,
+            attempted_op,
+        } => assert_eq!(
+            (rejection_code(*rejection), audited.as_str(), *attempted_op),
+            (code, path, op),
+            "[{}]",
+            fx.label()
+        ),
+        other => panic!("[{}] expected a JAIL_VIOLATION, got {other:?}", fx.label()),
+    }
 }
 
-fn message(o: &Outcome) -> String {
+fn message(o: &FileOutcome) -> String {
     o.reply
         .as_ref()
         .err()
-        .map(|e| e.message.clone())
+        .map(|e| e.message().to_owned())
         .unwrap_or_default()
 }
 
-fn details(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
+fn details(o: &FileOutcome) -> serde_json::Map<String, serde_json::Value> {
     match &o.audit {
         Audit::Operation(d) => d.to_map(),
         other => panic!("operation record expected, got {other:?}"),
@@ -1646,11 +1652,11 @@ fn in_place_child(w: &Path) {
     let path = f.to_str().unwrap();
     let o = files::write(&ctx, &write_req(path, &"x".repeat(512 * 1024), false));
     let err = o.reply.expect_err("an oversized write must fail");
-    assert_eq!(err.code, ErrorCode::InternalError, "{}", err.message);
+    assert_eq!(err.code(), ErrorCode::InternalError, "{}", err.message());
     assert!(
-        err.message.starts_with("Could not write file:"),
+        err.message().starts_with("Could not write file:"),
         "{}",
-        err.message
+        err.message()
     );
     assert_eq!(std::fs::read(&f).unwrap(), b"old content");
     let o = files::write(&ctx, &write_req(path, "new", false));
@@ -1959,14 +1965,14 @@ fn copying_move_refuses_a_bind_mounted_file_inside_the_tree() {
         // With a bind-mounted file in it, nothing is copied.
         let (out, both_paths) = mv("tree", "sub/tree");
         assert_eq!(
-            out.reply.as_ref().map_err(|e| e.code),
+            out.reply.as_ref().map_err(OperationError::code),
             Err(ErrorCode::PathOutsideAllowedRoot),
             "[{label}] {out:?}"
         );
         assert_eq!(
             out.audit,
             Audit::JailViolation {
-                code: ErrorCode::PathOutsideAllowedRoot,
+                rejection: RejectionKind::OutsideRoot,
                 path: both_paths,
                 attempted_op: MessageType::FileMove,
             },
@@ -1994,12 +2000,12 @@ fn copying_move_refuses_a_bind_mounted_file_inside_the_tree() {
             },
         );
         let err = out.reply.expect_err("the move must fail");
-        assert_eq!(err.code, ErrorCode::InternalError, "[{label}]");
+        assert_eq!(err.code(), ErrorCode::InternalError, "[{label}]");
         assert!(
-            err.message
+            err.message()
                 .contains("refusing to cross a filesystem boundary"),
             "[{label}] {}",
-            err.message
+            err.message()
         );
         assert!(!exists(&w.join("sub/tree")), "[{label}]");
         assert!(temp_files(&w.join("sub")).is_empty(), "[{label}]");

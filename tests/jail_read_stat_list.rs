@@ -9,7 +9,8 @@
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use autogpt_shim::files::{self, Audit, FileContext, Outcome};
+use autogpt_shim::daemon::handlers::{OperationError, rejection_code};
+use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
 use autogpt_shim::jail::{Homes, Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{
     Encoding, ErrorCode, FileList, FileRead, FileStat, Message, MessageType, ReadFormat,
@@ -89,11 +90,11 @@ fn read_req(path: &str) -> FileRead {
     }
 }
 
-fn read(jail: &Jail, path: &str) -> Outcome {
+fn read(jail: &Jail, path: &str) -> FileOutcome {
     files::read(&ctx(jail), &read_req(path))
 }
 
-fn stat(jail: &Jail, path: &str, follow: bool) -> Outcome {
+fn stat(jail: &Jail, path: &str, follow: bool) -> FileOutcome {
     files::stat(
         &ctx(jail),
         &FileStat {
@@ -113,38 +114,41 @@ fn list_req(path: &str) -> FileList {
     }
 }
 
-fn content(out: &Outcome) -> String {
+fn content(out: &FileOutcome) -> String {
     match &out.reply {
         Ok(Message::FileContents(c)) => c.content.clone(),
         other => panic!("expected contents, got {other:?}"),
     }
 }
 
-fn error_code(out: &Outcome) -> ErrorCode {
+fn error_code(out: &FileOutcome) -> ErrorCode {
     match &out.reply {
-        Err(e) => e.code,
+        Err(e) => e.code(),
         Ok(m) => panic!("expected an error, got {m:?}"),
     }
 }
 
 /// A jail refusal: the error code, and a JAIL_VIOLATION naming the raw path.
-fn assert_violation(out: &Outcome, code: ErrorCode, raw: &str, op: MessageType) {
+fn assert_violation(out: &FileOutcome, code: ErrorCode, raw: &str, op: MessageType) {
     assert_eq!(error_code(out), code, "{out:?}");
-    assert_eq!(
-        out.audit,
+    match &out.audit {
         Audit::JailViolation {
-            code,
-            path: raw.to_owned(),
-            attempted_op: op,
-        }
-    );
+            rejection,
+            path,
+            attempted_op,
+        } => assert_eq!(
+            (rejection_code(*rejection), path.as_str(), *attempted_op),
+            (code, raw, op)
+        ),
+        other => panic!("expected a JAIL_VIOLATION, got {other:?}"),
+    }
 }
 
-fn assert_outside(out: &Outcome, raw: &str, op: MessageType) {
+fn assert_outside(out: &FileOutcome, raw: &str, op: MessageType) {
     assert_violation(out, ErrorCode::PathOutsideAllowedRoot, raw, op);
 }
 
-fn assert_not_found(out: &Outcome) {
+fn assert_not_found(out: &FileOutcome) {
     assert_eq!(error_code(out), ErrorCode::PathNotFound, "{out:?}");
     assert!(matches!(out.audit, Audit::Operation(_)));
 }
@@ -352,7 +356,7 @@ fn relative_and_empty_paths_resolve_against_the_root() {
         for p in ["", ".", &fx.w("sub/..")] {
             let out = read(jail, p);
             assert_eq!(error_code(&out), ErrorCode::InternalError, "{p:?}");
-            assert!(out.reply.unwrap_err().message.contains("is a directory"));
+            assert!(out.reply.unwrap_err().message().contains("is a directory"));
         }
         match stat(jail, "", true).reply {
             Ok(Message::FileStatResponse(r)) => {
@@ -437,7 +441,7 @@ fn reading_a_fifo_is_refused_without_blocking() {
         assert!(
             out.reply
                 .unwrap_err()
-                .message
+                .message()
                 .contains("not a regular file")
         );
     });
@@ -622,7 +626,7 @@ fn bind_mount_inside_the_root_is_followed_unless_no_xdev() {
 
 // ---- LIST ---------------------------------------------------------------------------------------
 
-fn names(out: &Outcome) -> (Vec<String>, bool) {
+fn names(out: &FileOutcome) -> (Vec<String>, bool) {
     match &out.reply {
         Ok(Message::FileListResponse(r)) => (
             r.entries.iter().map(|e| e.path.clone()).collect(),
@@ -756,7 +760,7 @@ fn list_of_a_file_or_missing_path() {
         assert!(
             out.reply
                 .unwrap_err()
-                .message
+                .message()
                 .contains("is not a directory")
         );
         assert_not_found(&files::list(&ctx(jail), &list_req(&fx.w("missing"))));
@@ -798,7 +802,7 @@ fn list_of_a_large_directory_keeps_the_smallest_names() {
 fn open_cwd(
     jail: &Jail,
     cwd: Option<&str>,
-) -> Result<std::os::fd::OwnedFd, autogpt_shim::jail::Outcome<autogpt_shim::jail::EnforceError>> {
+) -> Result<std::os::fd::OwnedFd, autogpt_shim::jail::RunError<autogpt_shim::jail::EnforceError>> {
     let wire = match cwd {
         Some(c) if !c.is_empty() => c.to_owned(),
         _ => jail.root().to_owned(),
@@ -824,10 +828,12 @@ fn fd_ident(fd: &std::os::fd::OwnedFd) -> (u64, u64) {
 
 #[test]
 fn command_cwd_outside_is_refused_null_is_the_root_and_links_are_entered_by_fd() {
-    use autogpt_shim::jail::{EnforceError, Outcome as JailOutcome};
+    use autogpt_shim::jail::{EnforceError, RunError};
     both(|fx, jail| {
         match open_cwd(jail, Some("/etc")) {
-            Err(JailOutcome::Rejected(r)) => assert_eq!(r.code, ErrorCode::PathOutsideAllowedRoot),
+            Err(RunError::Rejected(r)) => {
+                assert_eq!(rejection_code(r.kind), ErrorCode::PathOutsideAllowedRoot)
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(fd_ident(&open_cwd(jail, None).unwrap()), ident(&fx.w));
@@ -836,7 +842,7 @@ fn command_cwd_outside_is_refused_null_is_the_root_and_links_are_entered_by_fd()
         let fd = open_cwd(jail, Some(&fx.w("sublink"))).unwrap();
         assert_eq!(fd_ident(&fd), ident(&fx.w.join("sub")));
         match open_cwd(jail, Some(&fx.w("missing"))) {
-            Err(JailOutcome::Failed(EnforceError::NotFound)) => {}
+            Err(RunError::Failed(EnforceError::NotFound)) => {}
             other => panic!("{other:?}"),
         }
     });
@@ -912,10 +918,10 @@ fn refusals_do_not_disclose_where_an_outside_path_leads() {
     both(|fx, jail| {
         symlink(&fx.o, fx.w.join("out")).unwrap();
         let out = read(jail, &fx.w("out/secret"));
-        let message = out.reply.unwrap_err().message;
+        let message = out.reply.unwrap_err().message().to_owned();
         assert!(!message.contains(fx.o.to_str().unwrap()), "{message}");
         let out = read(jail, "/proc/self/cwd/x");
-        let message = out.reply.unwrap_err().message;
+        let message = out.reply.unwrap_err().message().to_owned();
         assert!(!message.contains("/work"), "{message}");
     });
 }
@@ -924,7 +930,7 @@ fn refusals_do_not_disclose_where_an_outside_path_leads() {
 
 #[test]
 fn a_component_swapped_after_the_decision_is_decided_again_once() {
-    use autogpt_shim::jail::Outcome as JailOutcome;
+    use autogpt_shim::jail::RunError;
     use std::io::Read;
     both(|fx, jail| {
         std::fs::create_dir(fx.w.join("sub2")).unwrap();
@@ -963,7 +969,9 @@ fn a_component_swapped_after_the_decision_is_decided_again_once() {
         std::fs::write(fx.w.join("sub/x"), "original").unwrap();
         let (out, calls) = read_through(&fx.o, "old2");
         match out {
-            Err(JailOutcome::Rejected(r)) => assert_eq!(r.code, ErrorCode::PathOutsideAllowedRoot),
+            Err(RunError::Rejected(r)) => {
+                assert_eq!(rejection_code(r.kind), ErrorCode::PathOutsideAllowedRoot)
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(calls, 1);
@@ -973,7 +981,7 @@ fn a_component_swapped_after_the_decision_is_decided_again_once() {
 #[test]
 fn audit_details_keep_the_order_the_specification_lists() {
     both(|fx, jail| {
-        let keys = |out: &Outcome| -> Vec<String> {
+        let keys = |out: &FileOutcome| -> Vec<String> {
             match &out.audit {
                 Audit::Operation(d) => d.0.iter().map(|(k, _)| k.clone()).collect(),
                 other => panic!("{other:?}"),

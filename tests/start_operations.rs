@@ -1444,3 +1444,126 @@ fn command_cwd_errors_carry_the_wire_path() {
     assert_eq!(error["details"], Value::Null, "{response}");
     stop(&home, shim);
 }
+
+// ------------------------------------------------------- error payloads
+
+/// Each way an operation fails, as the real binary answers it: the whole
+/// `ERROR` payload (code, message, `details`) and the code its audit
+/// record carries.
+#[test]
+fn operation_failures_keep_their_code_message_details_and_recorded_code() {
+    let home = Home::new();
+    let (shim, conn, _) = session(
+        &home,
+        &["--enable-shell"],
+        HelloAck::new()
+            .grant(["files", "shell"])
+            .max_file_size_bytes(16),
+    );
+    let root = home.root.to_str().unwrap().to_owned();
+    std::fs::write(home.root.join("a.txt"), "A").unwrap();
+    std::fs::write(home.root.join("taken.txt"), "T").unwrap();
+    std::fs::write(home.root.join("big.txt"), "x".repeat(17)).unwrap();
+    std::fs::create_dir_all(home.root.join("tree/deep")).unwrap();
+    let cases = [
+        (
+            "FILE_READ",
+            json!({"path": "missing.txt"}),
+            json!({"code": "PATH_NOT_FOUND", "fatal": false,
+                   "message": "missing.txt does not exist",
+                   "details": {"path": "missing.txt"}}),
+        ),
+        (
+            "FILE_MOVE",
+            json!({"src": "a.txt", "dst": "taken.txt"}),
+            json!({"code": "PATH_EXISTS", "fatal": false,
+                   "message": format!("{root}/taken.txt already exists"),
+                   "details": {"src": "a.txt", "dst": "taken.txt",
+                               "path": "a.txt -> taken.txt"}}),
+        ),
+        (
+            "FILE_DELETE",
+            json!({"path": "tree"}),
+            json!({"code": "PATH_NOT_EMPTY", "fatal": false,
+                   "message": format!("{root}/tree: Directory not empty (os error 39)"),
+                   "details": {"path": "tree"}}),
+        ),
+        (
+            "FILE_WRITE",
+            json!({"path": "new.txt", "content": "y".repeat(17)}),
+            json!({"code": "FILE_TOO_LARGE", "fatal": false,
+                   "message": "17 bytes exceeds limit 16",
+                   "details": {"max_file_size_bytes": 16,
+                               "attempted_bytes": 17, "op": "FILE_WRITE"}}),
+        ),
+        (
+            "FILE_READ",
+            json!({"path": "big.txt"}),
+            json!({"code": "FILE_TOO_LARGE", "fatal": false,
+                   "message": "Requested read of 17 bytes exceeds limit 16",
+                   "details": {"max_file_size_bytes": 16,
+                               "attempted_bytes": 17, "op": "FILE_READ"}}),
+        ),
+        (
+            "EXECUTE_COMMAND",
+            json!({"argv": ["true"], "cwd": "nowhere"}),
+            json!({"code": "PATH_NOT_FOUND", "fatal": false,
+                   "message": "nowhere does not exist",
+                   "details": {"path": "nowhere"}}),
+        ),
+        (
+            "EXECUTE_COMMAND",
+            json!({"argv": []}),
+            json!({"code": "INTERNAL_ERROR", "fatal": false,
+                   "message": "argv must not be empty", "details": null}),
+        ),
+        (
+            "EXECUTE_COMMAND",
+            json!({"argv": ["no-such-program-here"]}),
+            json!({"code": "SHELL_NOT_AVAILABLE", "fatal": false,
+                   "message": "Executable not found: no-such-program-here",
+                   "details": null}),
+        ),
+    ];
+    let mut differing = Vec::new();
+    for (message_type, payload, expected) in cases {
+        let (id, response) = call(&conn, message_type, payload.clone());
+        assert_eq!(
+            response["type"], "ERROR",
+            "{message_type} {payload}: {response}"
+        );
+        if response["payload"] != expected {
+            differing.push(format!("{message_type} {payload}: {}", response["payload"]));
+        }
+        let record = record_of(&home, &id);
+        assert_eq!(record["op"], message_type, "{record}");
+        assert_eq!(record["result"]["ok"], false, "{record}");
+        assert_eq!(record["result"]["error_code"], expected["code"], "{record}");
+    }
+    assert!(differing.is_empty(), "{differing:#?}");
+
+    // A jail refusal: answered with the jail's code, recorded as a
+    // JAIL_VIOLATION carrying the same code.
+    let (_, response) = call(&conn, "FILE_READ", json!({"path": "../outside.txt"}));
+    let error = assert_error(&response, "PATH_OUTSIDE_ALLOWED_ROOT");
+    assert_eq!(
+        error["details"],
+        json!({"path": "../outside.txt"}),
+        "{error}"
+    );
+    let violation = home
+        .records()
+        .into_iter()
+        .rfind(|r| r["op"] == "JAIL_VIOLATION")
+        .expect("a JAIL_VIOLATION record");
+    assert_eq!(
+        violation["details"],
+        json!({"code": "PATH_OUTSIDE_ALLOWED_ROOT", "path": "../outside.txt",
+               "attempted_op": "FILE_READ"})
+    );
+    assert_eq!(
+        violation["result"]["error_code"],
+        "PATH_OUTSIDE_ALLOWED_ROOT"
+    );
+    stop(&home, shim);
+}

@@ -21,19 +21,19 @@ use serde_json::json;
 
 use super::{PROGRAM, VERSION, load_config};
 use crate::audit::writer::{RotateReason, WriterOptions, WriterThread};
-use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
+use crate::audit::{AuditLog, Details, Entry, Outcome};
 use crate::auth::refresh::{StoredCredentials, TokenEndpoint};
 use crate::config::{Config, Environment, Mode, Overrides, Platform};
 use crate::control::bindings::Revisions;
 use crate::control::children::{ChildTemplate, Children};
 use crate::control::grant::GrantKey;
 use crate::control::plane::{ControlPlane, ControlSettings, IDLE_AFTER, REAP_INTERVAL};
+use crate::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
 use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
-use crate::daemon::limits::{MachineLimitSettings, MachineLimits, WorkPool};
-use crate::daemon::pool::{Pool, WORKERS};
+use crate::daemon::pool::{WORKERS, WorkerThreads};
 use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
-use crate::daemon::runtime::{self, DataSession, Outcome, Plane, Session};
+use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
@@ -432,7 +432,7 @@ struct Running {
     /// The connection's own workers: in control mode the control requests
     /// never wait behind (or hold up) the children's work, which runs on
     /// the shared pool.
-    pool: Arc<Pool>,
+    pool: Arc<WorkerThreads>,
     control: Option<Arc<ControlPlane>>,
     reaper: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -467,13 +467,13 @@ impl Running {
         }
         // Workers build and free frames of up to 16 MiB on many threads.
         sys::return_large_allocations();
-        let pool = Pool::new(WORKERS)
+        let pool = WorkerThreads::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;
         // Control requests may wait for a child to stop, and a child's
         // teardown waits for its own requests: they must not share workers.
         let control_pool = match &daemon {
-            Daemon::Control => Pool::new(WORKERS)
+            Daemon::Control => WorkerThreads::new(WORKERS)
                 .map(Arc::new)
                 .map_err(|e| format!("cannot start the control workers: {e}"))?,
             Daemon::Legacy { .. } => Arc::clone(&pool),
@@ -519,7 +519,7 @@ impl Running {
                 None,
             ),
             Daemon::Control => {
-                let machine_pool = Arc::new(WorkPool::new(ceilings.max_concurrent));
+                let machine_pool = Arc::new(MachineWorkPool::new(ceilings.max_concurrent));
                 let data_kind = ConnectionKind::Data {
                     session_id: String::new(),
                 };
@@ -595,7 +595,7 @@ impl Running {
     }
 
     /// Runs until the end; every child is stopped before it returns.
-    fn run(self) -> Outcome {
+    fn run(self) -> RuntimeEnd {
         let outcome = runtime::run(&self.session, &self.pool);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(reaper) = self.reaper {
@@ -650,7 +650,7 @@ fn spawner_death_hook(audit: &AuditLog, log: &Log) -> DeathHook {
                 .with("commands_killed", json!(death.commands))
                 .with("containment", json!(death.mechanism.as_str()))
                 .with("new_pid", new_pid),
-            result: RecordOutcome {
+            result: Outcome {
                 ok: false,
                 exit_code: Some(death.exit_code),
                 duration_ms: 0,
@@ -666,7 +666,7 @@ fn spawner_death_hook(audit: &AuditLog, log: &Log) -> DeathHook {
 
 /// Step 9: the last record and the exit status (CLI.md §4.2).
 fn conclude(
-    outcome: Outcome,
+    outcome: RuntimeEnd,
     audit: &AuditLog,
     stop_written: &AtomicBool,
     log: &Log,
@@ -684,26 +684,26 @@ fn conclude(
         return exit::EX_CONFIG;
     }
     match outcome {
-        Outcome::Stopped => {
+        RuntimeEnd::Stopped => {
             let code = stop_record(audit, stop_written, exit::SUCCESS, stderr);
             if code == exit::SUCCESS {
                 say!(stdout, "Shim stopped.");
             }
             code
         }
-        Outcome::Terminal(reason) => {
+        RuntimeEnd::Terminal(reason) => {
             log.warn("daemon", format!("not reconnecting: {reason}"));
             stop_record(audit, stop_written, exit::SUCCESS, stderr)
         }
-        Outcome::AuthFailed(reason) | Outcome::CredentialsRefused(reason) => {
+        RuntimeEnd::AuthFailed(reason) | RuntimeEnd::CredentialsRefused(reason) => {
             say!(stderr, "Authentication failed: {reason}");
             stop_record(audit, stop_written, exit::EX_NOPERM, stderr)
         }
-        Outcome::Config(reason) => {
+        RuntimeEnd::Config(reason) => {
             say!(stderr, "Preflight failed: {reason}");
             stop_record(audit, stop_written, exit::EX_CONFIG, stderr)
         }
-        Outcome::Refused(refusal) => {
+        RuntimeEnd::Refused(refusal) => {
             say!(
                 stderr,
                 "{PROGRAM}: stopping after {} refused attempts: {refusal}",
@@ -711,7 +711,7 @@ fn conclude(
             );
             stop_record(audit, stop_written, refusal_exit(refusal.kind), stderr)
         }
-        Outcome::AuditFailed => {
+        RuntimeEnd::AuditFailed => {
             say!(
                 stderr,
                 "{PROGRAM}: stopping: an audit record could not be written; the shim refuses to run without its mandatory audit log"
@@ -842,7 +842,7 @@ fn refuse_recording(config: &Config, audit: AuditLog, stderr: &mut dyn Write) ->
             .with("missing_permissions", json!(["recording_preview_disabled"]))
             .with("platform", json!(platform))
             .with("hint", json!(hint)),
-        result: RecordOutcome {
+        result: Outcome {
             ok: false,
             exit_code: Some(i64::from(exit::EX_CONFIG)),
             duration_ms: 0,

@@ -49,11 +49,13 @@ pub const NOT_ACCESSIBLE: &str = "The selected directory is not accessible";
 /// Why a browse request failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrowseError {
-    /// `DIRECTORY_REFERENCE_INVALID` with this message.
+    /// The browse, its directory reference or its page cursor is unknown or
+    /// expired; the message says which.
     ReferenceInvalid(&'static str),
-    /// `DIRECTORY_UNAVAILABLE` with this message.
+    /// The picked directory is a link or cannot be read; the message says
+    /// which.
     Unavailable(&'static str),
-    /// No randomness for a token: `INTERNAL_ERROR`.
+    /// No randomness is available to mint a token.
     Random,
 }
 

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use super::bindings::Binding;
 use crate::audit::AuditLog;
 use crate::daemon::backlog::{ByteBudget, MACHINE_BACKLOG_BYTES};
+use crate::daemon::capacity::MachineWorkPool;
 use crate::daemon::handshake::{Identity, Limits, Probes};
-use crate::daemon::limits::WorkPool;
-use crate::daemon::pool::Pool;
-use crate::daemon::runtime::{self, Credentials, DataSession, Outcome, Session};
+use crate::daemon::pool::WorkerThreads;
+use crate::daemon::runtime::{self, Credentials, DataSession, RuntimeEnd, Session};
 use crate::daemon::session::{Activity, AuditSink, DataPlane};
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
@@ -98,14 +98,14 @@ struct Child {
 /// The live children and what they share.
 pub struct Children {
     template: ChildTemplate,
-    pool: Arc<Pool>,
-    machine_pool: Arc<WorkPool>,
+    pool: Arc<WorkerThreads>,
+    machine_pool: Arc<MachineWorkPool>,
     /// Bytes of responses waiting on all children together.
     machine_bytes: ByteBudget,
     live: Mutex<HashMap<String, Child>>,
     next_id: AtomicU64,
     /// A failure that ends the daemon, and the daemon's stop flag to raise.
-    fatal: Arc<Mutex<Option<Outcome>>>,
+    fatal: Arc<Mutex<Option<RuntimeEnd>>>,
     daemon_stop: Arc<AtomicBool>,
 }
 
@@ -122,8 +122,8 @@ impl Children {
     /// that concerns the whole daemon.
     pub fn new(
         template: ChildTemplate,
-        pool: Arc<Pool>,
-        machine_pool: Arc<WorkPool>,
+        pool: Arc<WorkerThreads>,
+        machine_pool: Arc<MachineWorkPool>,
         daemon_stop: Arc<AtomicBool>,
     ) -> Children {
         Children {
@@ -139,7 +139,7 @@ impl Children {
     }
 
     /// The daemon-wide failure a child reported, if any.
-    pub fn fatal(&self) -> Option<Outcome> {
+    pub fn fatal(&self) -> Option<RuntimeEnd> {
         lock(&self.fatal).clone()
     }
 
@@ -371,27 +371,27 @@ fn finish(mut child: Child) {
 fn child_ended(
     log: &Log,
     session_id: &str,
-    outcome: Outcome,
-    fatal: &Mutex<Option<Outcome>>,
+    outcome: RuntimeEnd,
+    fatal: &Mutex<Option<RuntimeEnd>>,
     daemon_stop: &AtomicBool,
 ) {
     match outcome {
-        Outcome::Stopped => {}
-        Outcome::Terminal(reason) | Outcome::AuthFailed(reason) => {
+        RuntimeEnd::Stopped => {}
+        RuntimeEnd::Terminal(reason) | RuntimeEnd::AuthFailed(reason) => {
             log.warn(
                 "child",
                 format!("the runtime of session {session_id} ended: {reason}"),
             );
         }
-        Outcome::Refused(refusal) => {
+        RuntimeEnd::Refused(refusal) => {
             log.warn(
                 "child",
                 format!("the runtime of session {session_id} ended: {refusal}"),
             );
         }
-        daemon_wide @ (Outcome::CredentialsRefused(_)
-        | Outcome::AuditFailed
-        | Outcome::Config(_)) => {
+        daemon_wide @ (RuntimeEnd::CredentialsRefused(_)
+        | RuntimeEnd::AuditFailed
+        | RuntimeEnd::Config(_)) => {
             log.error(
                 "child",
                 format!("session {session_id}: {daemon_wide:?}; stopping the daemon"),

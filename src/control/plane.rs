@@ -22,17 +22,17 @@ use super::browse::{BrowseError, Browser, RootSources};
 use super::children::{CAP_MESSAGE, Children, StartError};
 use super::folder::{self, FolderError};
 use super::grant::{self, Claims, GrantError, GrantKey};
-use crate::audit::{AuditLog, Details, Entry, Outcome as RecordOutcome};
-use crate::daemon::handlers;
+use crate::audit::{AuditLog, Details, Entry, Outcome};
+use crate::daemon::capacity::MachineWorkPool;
 use crate::daemon::handshake::{ConnectionKind, Limits, Negotiated};
-use crate::daemon::limits::WorkPool;
 use crate::daemon::runtime::Plane;
 use crate::daemon::session::{ControlRequests, Serving, now_ts};
 use crate::jail::{ProtectedLocations, roots};
 use crate::log::Log;
 use crate::protocol::{
     Ack, ActivateSession, AttachSession, DetachSession, DirectoryListRequest, ErrorCode,
-    ErrorPayload, HelloField, Message, RestoreSession, SessionActivated, SessionAttached,
+    ErrorPayload, HelloField, Message, MessageType, RestoreSession, SessionActivated,
+    SessionAttached,
 };
 
 /// Idle children are looked for this often (CONTROL.md §10.4).
@@ -135,7 +135,7 @@ struct Inner {
     audit: AuditLog,
     log: Log,
     ceilings: Mutex<Limits>,
-    machine_pool: Arc<WorkPool>,
+    machine_pool: Arc<MachineWorkPool>,
     connection_id: Mutex<Option<String>>,
 }
 
@@ -153,7 +153,7 @@ impl ControlPlane {
     pub fn new(
         settings: ControlSettings,
         children: Children,
-        machine_pool: Arc<WorkPool>,
+        machine_pool: Arc<MachineWorkPool>,
     ) -> ControlPlane {
         ControlPlane {
             inner: Arc::new(Inner {
@@ -279,51 +279,130 @@ impl ControlRequests for Inner {
             Message::ActivateSession(req) => self.activate(id, req),
             Message::RestoreSession(req) => self.restore(id, req),
             Message::DetachSession(req) => self.detach(id, req),
-            other => handlers::error(
-                ErrorCode::FeatureNotSupported,
-                format!(
-                    "{} is not a control request.",
-                    other.message_type().as_str()
-                ),
-            ),
+            other => ControlError::NotAControlRequest(other.message_type()).reply(),
         }
     }
 }
 
-/// Why a presented grant cannot bind its session.
+/// Why a control request was refused or failed. Says what happened;
+/// [`ControlError::code`] and [`ControlError::reply`] are the one place the
+/// control plane chooses wire codes, messages and `details`.
 #[derive(Debug)]
-enum Unusable {
-    /// §7.4 refused the grant (`ROOT_GRANT_INVALID`).
-    Grant(GrantError),
-    /// The folder is, holds or lies inside one of the shim's own
-    /// directories (`DIRECTORY_UNAVAILABLE`).
-    OwnFiles,
+enum ControlError {
+    /// A data-plane or unknown message reached the control handlers.
+    NotAControlRequest(MessageType),
+    /// The browse or the picked entry is unknown, expired or unusable.
+    Browse(BrowseError),
+    /// ATTACH while the session's runtime is live.
+    AlreadyActive,
+    /// ACTIVATE of a session with no binding.
+    NotAttached,
+    /// The request's revision is not the binding's (`current` is).
+    RevisionMismatch { current: u64, message: &'static str },
+    /// The folder is dangerous as a root, or is, holds or lies inside one
+    /// of the shim's own directories.
+    DangerousRoot,
     /// The folder's path is one the platform refuses in the chat's HELLO
-    /// (`DIRECTORY_UNAVAILABLE`): a grant issued before that was checked.
-    NotSendable,
+    /// (a grant issued before that was checked still carries it).
+    RootNotSendable,
+    /// The picked folder changed, became a link or went away between the
+    /// browse and the grant.
+    FolderChanged(&'static str),
+    /// §7.4 refused the presented grant.
+    GrantInvalid(GrantError),
+    /// All the runtimes the machine allows are live.
+    ChildCap,
+    /// Anything else: a record not written, a store full, a child that
+    /// could not start.
+    Internal(String),
 }
 
-impl From<GrantError> for Unusable {
+impl From<GrantError> for ControlError {
     fn from(error: GrantError) -> Self {
-        Unusable::Grant(error)
+        ControlError::GrantInvalid(error)
     }
 }
 
-fn failure(code: ErrorCode) -> RecordOutcome {
-    RecordOutcome {
-        ok: false,
-        exit_code: None,
-        duration_ms: 0,
-        error_code: Some(code.as_str().to_owned()),
+impl ControlError {
+    /// The wire code, also the audit record's error code.
+    fn code(&self) -> ErrorCode {
+        match self {
+            ControlError::NotAControlRequest(_) => ErrorCode::FeatureNotSupported,
+            ControlError::Browse(BrowseError::ReferenceInvalid(_)) => {
+                ErrorCode::DirectoryReferenceInvalid
+            }
+            ControlError::Browse(BrowseError::Unavailable(_))
+            | ControlError::DangerousRoot
+            | ControlError::RootNotSendable
+            | ControlError::FolderChanged(_) => ErrorCode::DirectoryUnavailable,
+            ControlError::AlreadyActive => ErrorCode::SessionAlreadyActive,
+            ControlError::NotAttached => ErrorCode::SessionNotAttached,
+            ControlError::RevisionMismatch { .. } => ErrorCode::SessionRevisionMismatch,
+            ControlError::GrantInvalid(_) => ErrorCode::RootGrantInvalid,
+            ControlError::Browse(BrowseError::Random)
+            | ControlError::ChildCap
+            | ControlError::Internal(_) => ErrorCode::InternalError,
+        }
+    }
+
+    /// The `ERROR` answering the request.
+    fn reply(self) -> Message {
+        let code = self.code();
+        let mut details = Map::new();
+        let message = match self {
+            ControlError::NotAControlRequest(kind) => {
+                format!("{} is not a control request.", kind.as_str())
+            }
+            ControlError::Browse(BrowseError::ReferenceInvalid(message))
+            | ControlError::Browse(BrowseError::Unavailable(message))
+            | ControlError::FolderChanged(message) => message.to_owned(),
+            ControlError::Browse(BrowseError::Random) => {
+                "No randomness is available for a directory reference.".to_owned()
+            }
+            ControlError::AlreadyActive => {
+                "Detach the active session before changing its allowed root.".to_owned()
+            }
+            ControlError::NotAttached => {
+                "Attach a directory before activating this session.".to_owned()
+            }
+            ControlError::RevisionMismatch { current, message } => {
+                details.insert("current_revision".into(), json!(current));
+                message.to_owned()
+            }
+            ControlError::DangerousRoot => DANGEROUS_ROOT.to_owned(),
+            ControlError::RootNotSendable => ROOT_NOT_SENDABLE.to_owned(),
+            ControlError::GrantInvalid(error) => error.message().to_owned(),
+            ControlError::ChildCap => {
+                details.insert("reason".into(), json!("active_session_limit"));
+                details.insert(
+                    "max_active_sessions".into(),
+                    json!(super::children::CHILD_CAP),
+                );
+                CAP_MESSAGE.to_owned()
+            }
+            ControlError::Internal(message) => message,
+        };
+        let payload = ErrorPayload::new(code, message);
+        Message::Error(if details.is_empty() {
+            payload
+        } else {
+            payload.with_details(details)
+        })
+    }
+
+    /// The `result` of the record of a request refused with this error.
+    fn record_result(&self) -> Outcome {
+        Outcome {
+            ok: false,
+            exit_code: None,
+            duration_ms: 0,
+            error_code: Some(self.code().as_str().to_owned()),
+        }
     }
 }
 
-fn mismatch(current: u64, message: &str) -> Message {
-    let mut details = Map::new();
-    details.insert("current_revision".into(), json!(current));
-    Message::Error(
-        ErrorPayload::new(ErrorCode::SessionRevisionMismatch, message).with_details(details),
-    )
+fn mismatch(current: u64, message: &'static str) -> Message {
+    ControlError::RevisionMismatch { current, message }.reply()
 }
 
 impl Inner {
@@ -334,7 +413,7 @@ impl Inner {
         op: &str,
         session: Option<&str>,
         details: Details,
-        result: RecordOutcome,
+        result: Outcome,
     ) -> bool {
         let entry = Entry {
             op: op.to_owned(),
@@ -356,7 +435,7 @@ impl Inner {
     }
 
     fn internal(&self, message: &str) -> Message {
-        handlers::error(ErrorCode::InternalError, message)
+        ControlError::Internal(message.to_owned()).reply()
     }
 
     // ---- §4 ------------------------------------------------------------------
@@ -386,24 +465,18 @@ impl Inner {
                     )
                     .with("entries_returned", json!(response.entries.len()))
                     .with("truncated", json!(response.truncated));
-                if !self.record(
-                    id,
-                    "DIRECTORY_LIST",
-                    None,
-                    details,
-                    RecordOutcome::default(),
-                ) {
+                if !self.record(id, "DIRECTORY_LIST", None, details, Outcome::default()) {
                     return self.internal(AUDIT_FAILED);
                 }
                 Message::DirectoryListResponse(response)
             }
             Err(error) => {
-                let (code, message) = browse_error(&error);
+                let error = ControlError::Browse(error);
                 let details = Details::new().with("browse_id", json!(req.browse_id));
-                if !self.record(id, "DIRECTORY_LIST", None, details, failure(code)) {
+                if !self.record(id, "DIRECTORY_LIST", None, details, error.record_result()) {
                     return self.internal(AUDIT_FAILED);
                 }
-                handlers::error(code, message)
+                error.reply()
             }
         }
     }
@@ -415,37 +488,32 @@ impl Inner {
         let _guard = self.locks.lock(session);
         // Step 1: nothing consumed, nothing recorded.
         if self.children.is_live(session) {
-            return handlers::error(
-                ErrorCode::SessionAlreadyActive,
-                "Detach the active session before changing its allowed root.",
-            );
+            return ControlError::AlreadyActive.reply();
         }
-        let refuse = |code: ErrorCode, message: &str| {
+        let refuse = |error: ControlError| {
             let details = Details::new().with("session_id", json!(session));
-            if !self.record(id, "ATTACH_SESSION", Some(session), details, failure(code)) {
+            let result = error.record_result();
+            if !self.record(id, "ATTACH_SESSION", Some(session), details, result) {
                 return self.internal(AUDIT_FAILED);
             }
-            handlers::error(code, message)
+            error.reply()
         };
         // Step 2 (with the dangerous-root refusal of the hardening note);
         // the folder is checked without the browse lock.
         let found = lock(&self.browser).lookup(now_ts(), &req.browse_id, &req.directory_ref);
         let resolved = match found.and_then(|found| found.recheck()) {
             Ok(dir) => dir,
-            Err(error) => {
-                let (code, message) = browse_error(&error);
-                return refuse(code, message);
-            }
+            Err(error) => return refuse(ControlError::Browse(error)),
         };
         if roots::check_dangerous_for(&resolved.path, &self.sources.home, self.sources.wsl).is_err()
             || self.holds_own_files(&resolved.path)
         {
-            return refuse(ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT);
+            return refuse(ControlError::DangerousRoot);
         }
         // The chat's HELLO would carry this path; the platform refuses it
         // there, so it is refused here, before a grant exists.
         if !HelloField::AllowedRoot.accepts(&resolved.text) {
-            return refuse(ErrorCode::DirectoryUnavailable, ROOT_NOT_SENDABLE);
+            return refuse(ControlError::RootNotSendable);
         }
         // Step 3 (the browse may have expired or been evicted meanwhile).
         {
@@ -455,10 +523,9 @@ impl Inner {
                 .is_err()
             {
                 drop(browser);
-                return refuse(
-                    ErrorCode::DirectoryReferenceInvalid,
+                return refuse(ControlError::Browse(BrowseError::ReferenceInvalid(
                     super::browse::REFERENCE_INVALID,
-                );
+                )));
             }
             browser.consume(&req.browse_id);
         }
@@ -476,18 +543,13 @@ impl Inner {
         // the folder resolved in step 2.
         let dir = match folder::canonical_accessible(&resolved.path) {
             Ok(dir) if dir.path == resolved.path && dir.dev_ino == resolved.dev_ino => dir,
-            Ok(_) => {
-                return refuse(
-                    ErrorCode::DirectoryUnavailable,
-                    GrantError::Changed.message(),
-                );
-            }
+            Ok(_) => return refuse(ControlError::FolderChanged(GrantError::Changed.message())),
             Err(e) => {
                 let text = match e {
                     FolderError::Symlink => GrantError::SymlinkRoot.message(),
                     FolderError::Unavailable => GrantError::Unavailable.message(),
                 };
-                return refuse(ErrorCode::DirectoryUnavailable, text);
+                return refuse(ControlError::FolderChanged(text));
             }
         };
         let fingerprint = dir.fingerprint();
@@ -515,7 +577,7 @@ impl Inner {
             "SESSION_ALLOWED_ROOT_SET",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             return self.internal(AUDIT_FAILED);
         }
@@ -581,14 +643,14 @@ impl Inner {
 
     /// §7.4 in full for `token` presented for `session`, and the folder must
     /// hold none of the shim's own files.
-    fn verify_grant(&self, token: &str, session: &str) -> Result<Binding, Unusable> {
+    fn verify_grant(&self, token: &str, session: &str) -> Result<Binding, ControlError> {
         let accepted = grant::verify(&self.grant_key, token, session, &self.machine_id)?;
         let dir = folder::verify_folder(&accepted, &self.sources.home, self.sources.wsl)?;
         if self.holds_own_files(&dir.path) {
-            return Err(Unusable::OwnFiles);
+            return Err(ControlError::DangerousRoot);
         }
         if !HelloField::AllowedRoot.accepts(&dir.text) {
-            return Err(Unusable::NotSendable);
+            return Err(ControlError::RootNotSendable);
         }
         Ok(Binding {
             session_id: session.to_owned(),
@@ -604,33 +666,20 @@ impl Inner {
 
     /// ACTIVATE or RESTORE refused at the grant check: recorded as `op`
     /// with the code it is answered with.
-    fn grant_refused(&self, id: &str, op: &str, session: &str, error: Unusable) -> Message {
-        let (code, message) = match error {
-            Unusable::Grant(error) => (ErrorCode::RootGrantInvalid, error.message()),
-            Unusable::OwnFiles => (ErrorCode::DirectoryUnavailable, DANGEROUS_ROOT),
-            Unusable::NotSendable => (ErrorCode::DirectoryUnavailable, ROOT_NOT_SENDABLE),
-        };
+    fn grant_refused(&self, id: &str, op: &str, session: &str, error: ControlError) -> Message {
         let details = Details::new().with("session_id", json!(session));
-        if !self.record(id, op, Some(session), details, failure(code)) {
+        if !self.record(id, op, Some(session), details, error.record_result()) {
             return self.internal(AUDIT_FAILED);
         }
-        handlers::error(code, message)
+        error.reply()
     }
 
     fn start_error(&self, error: StartError) -> Message {
         match error {
-            StartError::Cap => {
-                let mut details = Map::new();
-                details.insert("reason".into(), json!("active_session_limit"));
-                details.insert(
-                    "max_active_sessions".into(),
-                    json!(super::children::CHILD_CAP),
-                );
-                Message::Error(
-                    ErrorPayload::new(ErrorCode::InternalError, CAP_MESSAGE).with_details(details),
-                )
+            StartError::Cap => ControlError::ChildCap.reply(),
+            StartError::Folder(text) | StartError::Internal(text) => {
+                ControlError::Internal(text).reply()
             }
-            StartError::Folder(text) | StartError::Internal(text) => self.internal(&text),
         }
     }
 
@@ -641,10 +690,7 @@ impl Inner {
         let _guard = self.locks.lock(session);
         // Step 1.
         let Some(previous) = lock(&self.bindings).get(session).cloned() else {
-            return handlers::error(
-                ErrorCode::SessionNotAttached,
-                "Attach a directory before activating this session.",
-            );
+            return ControlError::NotAttached.reply();
         };
         // Step 2.
         if req.revision.get() != previous.revision {
@@ -685,7 +731,7 @@ impl Inner {
             "ACTIVATE_SESSION",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             // Step 7.
             if started {
@@ -771,7 +817,7 @@ impl Inner {
             "RESTORE_SESSION",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             if started {
                 self.children.stop(session);
@@ -829,7 +875,7 @@ impl Inner {
             "DETACH_SESSION",
             Some(session),
             details,
-            RecordOutcome::default(),
+            Outcome::default(),
         ) {
             return self.internal(AUDIT_FAILED);
         }
@@ -848,16 +894,4 @@ fn same_binding(a: &Binding, b: &Binding) -> bool {
 
 fn nonzero(revision: u64) -> std::num::NonZeroU64 {
     std::num::NonZeroU64::new(revision).unwrap_or(std::num::NonZeroU64::MIN)
-}
-
-/// The wire code and message of a browse failure.
-fn browse_error(error: &BrowseError) -> (ErrorCode, &'static str) {
-    match error {
-        BrowseError::ReferenceInvalid(message) => (ErrorCode::DirectoryReferenceInvalid, message),
-        BrowseError::Unavailable(message) => (ErrorCode::DirectoryUnavailable, message),
-        BrowseError::Random => (
-            ErrorCode::InternalError,
-            "No randomness is available for a directory reference.",
-        ),
-    }
 }

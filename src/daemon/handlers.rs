@@ -9,16 +9,23 @@
 //! re-checks the local shell switch, because no grant from the platform can
 //! turn on what the user left off (CAPABILITIES.md §1), and it answers a
 //! command in the order EXEC.md §3 fixes.
+//!
+//! It is also where an operation's failure gets its wire code: the jail,
+//! the file operations and commands say what happened ([`RejectionKind`],
+//! [`FileError`], [`ExecError`]), and [`OperationError`] maps each to the
+//! `ERROR` code, message and `details` — and the audit record's error
+//! code — here and nowhere else.
 
 use std::time::Instant;
 
 use rustix::process::Pid;
 use serde_json::{Map, Value, json};
 
-use crate::audit::{Details, Entry, Outcome as AuditOutcome};
+use crate::audit::{Details, Entry, Outcome};
 use crate::exec::{self, ExecContext, ExecError};
-use crate::files::{self, FileContext};
-use crate::protocol::{ErrorCode, ErrorPayload, Message, MessageType};
+use crate::files::{self, FileContext, FileError};
+use crate::jail::RejectionKind;
+use crate::protocol::{CommandResult, ErrorCode, ErrorPayload, Message, MessageType};
 
 /// The machine-wide command limits (EXEC.md §8.3–§8.4): the rate window
 /// first, then the concurrency limit. A permit is held for the command's
@@ -138,27 +145,31 @@ pub fn handle(
     };
     let op = message.message_type();
     let duration_ms = millis(started);
+    let error_code = outcome.reply.as_ref().err().map(OperationError::code);
     let audit = match outcome.audit {
         files::Audit::Operation(details) => operation_entry(
             op,
             request_id,
             details,
-            AuditOutcome {
-                ok: outcome.reply.is_ok(),
-                exit_code: None,
-                duration_ms,
-                error_code: outcome
-                    .reply
-                    .as_ref()
-                    .err()
-                    .map(|e| e.code.as_str().to_owned()),
-            },
+            audit_result(error_code, None, duration_ms),
+        ),
+        // Only a command's outcome carries these; a file operation that did
+        // would still be recorded as itself.
+        files::Audit::Command {
+            details,
+            exit_code,
+            duration_ms,
+        } => operation_entry(
+            op,
+            request_id,
+            details,
+            audit_result(error_code, exit_code, duration_ms),
         ),
         files::Audit::JailViolation {
-            code,
+            rejection,
             path,
             attempted_op,
-        } => jail_violation(code, path, attempted_op),
+        } => jail_violation(rejection_code(rejection), path, attempted_op),
     };
     let reply = match outcome.reply {
         Ok(reply) => reply,
@@ -196,28 +207,40 @@ fn execute_command(
             drop(permit);
             return command_handled(request_id, request, outcome);
         }
-        Some(Err(message)) => ExecError::new(ErrorCode::ShimOverloaded, message),
+        Some(Err(message)) => ExecError::Overloaded(message),
         // The dispatcher enters the limits for every command it routes here
         // with the shell on; one that skipped them is never run.
-        None => ExecError::new(ErrorCode::InternalError, NOT_ADMITTED),
+        None => ExecError::NotAdmitted,
     };
     command_handled(request_id, request, exec::refuse(&ctx.exec, req, refusal))
 }
 
-/// The refusal of a command that did not pass the command limits at
-/// admission.
-const NOT_ADMITTED: &str = "The command was not admitted by the command limits.";
-
-fn command_handled(request_id: &str, request: &Message, outcome: exec::Outcome) -> Handled {
+fn command_handled(request_id: &str, request: &Message, outcome: exec::CommandOutcome) -> Handled {
+    let error_code = command_error_code(&outcome.reply);
     let audit = match outcome.audit {
-        exec::Audit::Operation { details, result } => {
-            operation_entry(MessageType::ExecuteCommand, request_id, details, result)
-        }
-        exec::Audit::JailViolation {
-            code,
+        files::Audit::Command {
+            details,
+            exit_code,
+            duration_ms,
+        } => operation_entry(
+            MessageType::ExecuteCommand,
+            request_id,
+            details,
+            audit_result(error_code, exit_code, duration_ms),
+        ),
+        // `exec` builds only the two other kinds; a bare operation record
+        // would still carry the reply's code.
+        files::Audit::Operation(details) => operation_entry(
+            MessageType::ExecuteCommand,
+            request_id,
+            details,
+            audit_result(error_code, None, 0),
+        ),
+        files::Audit::JailViolation {
+            rejection,
             path,
             attempted_op,
-        } => jail_violation(code, path, attempted_op),
+        } => jail_violation(rejection_code(rejection), path, attempted_op),
     };
     let reply = if outcome.cancelled {
         None
@@ -234,12 +257,7 @@ fn command_handled(request_id: &str, request: &Message, outcome: exec::Outcome) 
     }
 }
 
-fn operation_entry(
-    op: MessageType,
-    request_id: &str,
-    details: Details,
-    result: AuditOutcome,
-) -> Entry {
+fn operation_entry(op: MessageType, request_id: &str, details: Details, result: Outcome) -> Entry {
     Entry {
         op: op.as_str().to_owned(),
         request_id: Some(request_id.to_owned()),
@@ -261,7 +279,7 @@ fn jail_violation(code: ErrorCode, path: String, attempted_op: MessageType) -> E
                 "attempted_op",
                 Value::String(attempted_op.as_str().to_owned()),
             ),
-        result: AuditOutcome {
+        result: Outcome {
             ok: false,
             exit_code: None,
             duration_ms: 0,
@@ -271,11 +289,193 @@ fn jail_violation(code: ErrorCode, path: String, attempted_op: MessageType) -> E
     }
 }
 
+/// The `result` of an `EXECUTE_COMMAND` record: failed with the reply's
+/// error code, or with `COMMAND_TIMEOUT` when the command ran out of time.
+/// `None` when the command is audited as a `JAIL_VIOLATION` instead.
+pub fn command_audit_result(outcome: &exec::CommandOutcome) -> Option<Outcome> {
+    let files::Audit::Command {
+        exit_code,
+        duration_ms,
+        ..
+    } = &outcome.audit
+    else {
+        return None;
+    };
+    Some(audit_result(
+        command_error_code(&outcome.reply),
+        *exit_code,
+        *duration_ms,
+    ))
+}
+
+/// A command's recorded error code: its error's, or `COMMAND_TIMEOUT` for a
+/// result that ran out of time.
+fn command_error_code(reply: &Result<CommandResult, ExecError>) -> Option<ErrorCode> {
+    match reply {
+        Err(e) => Some(e.code()),
+        Ok(result) if result.timed_out => Some(ErrorCode::CommandTimeout),
+        Ok(_) => None,
+    }
+}
+
+/// An operation record's `result`: `ok` exactly when there is no error code.
+fn audit_result(
+    error_code: Option<ErrorCode>,
+    exit_code: Option<i64>,
+    duration_ms: u64,
+) -> Outcome {
+    Outcome {
+        ok: error_code.is_none(),
+        exit_code,
+        duration_ms,
+        error_code: error_code.map(|code| code.as_str().to_owned()),
+    }
+}
+
+/// An operation's failure as the wire `ERROR` it is answered with. This is
+/// the one place the data plane chooses codes: the jail, the file
+/// operations and commands only say what happened.
+pub trait OperationError {
+    /// The wire code.
+    fn code(&self) -> ErrorCode;
+    /// The `ERROR` answering `request`: the code and the operation's
+    /// message, with the `details` the platform words its answer from.
+    fn into_payload(self, request: &Message) -> ErrorPayload;
+}
+
+/// The code of a jail refusal, in a `JAIL_VIOLATION` record and on the wire.
+pub fn rejection_code(kind: RejectionKind) -> ErrorCode {
+    match kind {
+        RejectionKind::OutsideRoot => ErrorCode::PathOutsideAllowedRoot,
+        RejectionKind::InvalidPath => ErrorCode::PathInvalidChars,
+    }
+}
+
+/// `details` go beyond the reference, which sends `details: null`: path
+/// errors carry the path as the request sent it, `FILE_TOO_LARGE` the
+/// limit, the attempted size and the operation, and a text read that only
+/// the text cap refused a hint to read it as base64.
+impl OperationError for FileError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            FileError::NotFound(_) => ErrorCode::PathNotFound,
+            FileError::Exists(_) => ErrorCode::PathExists,
+            FileError::NotEmpty(_) => ErrorCode::PathNotEmpty,
+            FileError::TooLarge { .. } => ErrorCode::FileTooLarge,
+            FileError::Refused(r) => rejection_code(r.kind),
+            FileError::Internal(_) => ErrorCode::InternalError,
+        }
+    }
+
+    fn into_payload(self, request: &Message) -> ErrorPayload {
+        let code = self.code();
+        let mut details = path_details(code, request);
+        if let FileError::TooLarge { excess, .. } = &self {
+            details.insert(
+                "max_file_size_bytes".into(),
+                excess.max_file_size_bytes.into(),
+            );
+            details.insert("attempted_bytes".into(), excess.attempted_bytes.into());
+            details.insert("op".into(), request.message_type().as_str().into());
+            if excess.base64_would_fit {
+                details.insert("hint".into(), BASE64_HINT.into());
+            }
+        }
+        with_details(ErrorPayload::new(code, self.message()), details)
+    }
+}
+
+/// A command's path error names its `cwd` as the request sent it, as a file
+/// operation's names its path.
+impl OperationError for ExecError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            ExecError::Cwd(e) => e.code(),
+            ExecError::NotAvailable(_) => ErrorCode::ShellNotAvailable,
+            ExecError::Overloaded(_) => ErrorCode::ShimOverloaded,
+            // The reference answers a malformed request as an exception.
+            ExecError::Invalid(_)
+            | ExecError::StartFailed(_)
+            | ExecError::NotAdmitted
+            | ExecError::Cancelled => ErrorCode::InternalError,
+        }
+    }
+
+    fn into_payload(self, request: &Message) -> ErrorPayload {
+        let code = self.code();
+        let details = path_details(code, request);
+        with_details(ErrorPayload::new(code, self.message()), details)
+    }
+}
+
+/// The longest wire path quoted in `details`. A longer one is refused by the
+/// jail anyway (`PATH_INVALID_CHARS`), and quoting it whole could push the
+/// answer past the frame limit.
+const MAX_DETAILS_PATH_BYTES: usize = 4096;
+
+/// `details.hint` of a text read that base64 would serve.
+const BASE64_HINT: &str = "The file is too large to return as text; read it with \
+                           encoding: \"base64\" instead.";
+
+/// `payload` with `details`, which stay `null` when there are none.
+fn with_details(payload: ErrorPayload, details: Map<String, Value>) -> ErrorPayload {
+    if details.is_empty() {
+        payload
+    } else {
+        payload.with_details(details)
+    }
+}
+
+/// The `details` of an error with `code` answering `request`: for a path
+/// error, the path as the request sent it (a command's `cwd`, when it sent
+/// one); nothing otherwise.
+fn path_details(code: ErrorCode, request: &Message) -> Map<String, Value> {
+    let mut details = Map::new();
+    if !is_path_error(code) {
+        return details;
+    }
+    let quoted =
+        |path: &str| Value::String(crate::audit::cap::cut(path, MAX_DETAILS_PATH_BYTES).to_owned());
+    match request {
+        Message::FileRead(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileWrite(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileStat(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileList(r) => details.insert("path".into(), quoted(&r.path)),
+        Message::FileDelete(r) => details.insert("path".into(), quoted(&r.path)),
+        // Either end may be the one at fault; `path` names both as the
+        // jail's audit record does.
+        Message::FileMove(r) => {
+            details.insert("src".into(), quoted(&r.src));
+            details.insert("dst".into(), quoted(&r.dst));
+            details.insert("path".into(), quoted(&format!("{} -> {}", r.src, r.dst)))
+        }
+        Message::ExecuteCommand(r) => match r.cwd.as_deref() {
+            Some(cwd) if !cwd.is_empty() => details.insert("path".into(), quoted(cwd)),
+            _ => None,
+        },
+        _ => None,
+    };
+    details
+}
+
+/// The codes that are about a path the request named.
+fn is_path_error(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::PathOutsideAllowedRoot
+            | ErrorCode::PathReservedName
+            | ErrorCode::PathInvalidChars
+            | ErrorCode::PathNotFound
+            | ErrorCode::PathNotEmpty
+            | ErrorCode::PathExists
+    )
+}
+
 fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-impl CommandGate for super::limits::MachineLimits {
+impl CommandGate for super::capacity::MachineLimits {
     fn enter(&self) -> CommandEntry {
         match self.start_command(Instant::now()) {
             Ok(slot) => Ok(Box::new(slot)),

@@ -22,13 +22,13 @@ pub const WORKERS: usize = 10;
 
 /// A fixed set of worker threads.
 #[derive(Debug)]
-pub struct Pool {
+pub struct WorkerThreads {
     tx: Sender<Job>,
 }
 
-impl Pool {
+impl WorkerThreads {
     /// Starts `workers` threads.
-    pub fn new(workers: usize) -> std::io::Result<Pool> {
+    pub fn new(workers: usize) -> std::io::Result<WorkerThreads> {
         let (tx, rx) = unbounded::<Job>();
         for n in 0..workers {
             let rx = rx.clone();
@@ -40,7 +40,7 @@ impl Pool {
                     }
                 })?;
         }
-        Ok(Pool { tx })
+        Ok(WorkerThreads { tx })
     }
 
     /// Queues `job`; false when the pool is gone.

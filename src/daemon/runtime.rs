@@ -19,12 +19,12 @@ use serde_json::json;
 use zeroize::Zeroizing;
 
 use super::backlog::ByteBudget;
+use super::capacity::MachineWorkPool;
 use super::handshake::{
     self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
 };
-use super::limits::WorkPool;
 use super::link::{LinkIn, LinkOut};
-use super::pool::Pool;
+use super::pool::WorkerThreads;
 use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};
 use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
 use crate::audit::{Details, Entry};
@@ -85,7 +85,7 @@ pub trait Plane: Send + Sync {
         None
     }
     /// The machine-wide work pool (child runtimes).
-    fn machine_pool(&self) -> Option<Arc<WorkPool>> {
+    fn machine_pool(&self) -> Option<Arc<MachineWorkPool>> {
         None
     }
     /// The byte budget all child runtimes' waiting responses share.
@@ -105,7 +105,7 @@ pub struct DataSession {
     /// Idle tracking (child runtimes only).
     pub activity: Option<Arc<Activity>>,
     /// The machine-wide work pool (child runtimes only).
-    pub machine_pool: Option<Arc<WorkPool>>,
+    pub machine_pool: Option<Arc<MachineWorkPool>>,
     /// The byte budget of all children's waiting responses (child runtimes
     /// only).
     pub machine_bytes: Option<ByteBudget>,
@@ -130,7 +130,7 @@ impl Plane for DataSession {
         self.activity.clone()
     }
 
-    fn machine_pool(&self) -> Option<Arc<WorkPool>> {
+    fn machine_pool(&self) -> Option<Arc<MachineWorkPool>> {
         self.machine_pool.clone()
     }
 
@@ -181,7 +181,7 @@ impl std::fmt::Debug for Session {
 
 /// How a session's runtime ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RuntimeEnd {
     /// A local stop request.
     Stopped,
     /// A terminal protocol condition (PROTOCOL.md §11.2): no reconnect,
@@ -216,7 +216,7 @@ enum Next {
     /// refusals are too many, then the runtime ends.
     Refused(PlatformRefusal),
     /// The runtime ends.
-    End(Outcome),
+    End(RuntimeEnd),
 }
 
 /// The attempt counters of one runtime.
@@ -229,12 +229,12 @@ struct Tries {
 }
 
 /// Runs the session until it ends.
-pub fn run(session: &Session, pool: &Pool) -> Outcome {
+pub fn run(session: &Session, pool: &WorkerThreads) -> RuntimeEnd {
     let mut tries = Tries::default();
     let mut renewed: Option<Zeroizing<String>> = None;
     loop {
         if session.stop.load(Ordering::SeqCst) {
-            return Outcome::Stopped;
+            return RuntimeEnd::Stopped;
         }
         let next = match renewed.take() {
             Some(token) => attempt_once(session, pool, Some(token), true, &mut tries),
@@ -259,7 +259,7 @@ pub fn run(session: &Session, pool: &Pool) -> Outcome {
                 session.backoff.delay(0, unit_random())
             }
             Next::Refused(refusal) if tries.refusals >= REFUSAL_RETRIES => {
-                return Outcome::Refused(refusal);
+                return RuntimeEnd::Refused(refusal);
             }
             Next::Refused(refusal) => {
                 tries.refusals += 1;
@@ -279,7 +279,7 @@ pub fn run(session: &Session, pool: &Pool) -> Outcome {
             format!("reconnecting in {:.1} s", delay.as_secs_f64()),
         );
         if !pause(&session.stop, delay) {
-            return Outcome::Stopped;
+            return RuntimeEnd::Stopped;
         }
     }
 }
@@ -296,7 +296,7 @@ impl Tries {
 /// One connection attempt: upgrade, handshake, serve.
 fn attempt_once(
     session: &Session,
-    pool: &Pool,
+    pool: &WorkerThreads,
     token: Option<Zeroizing<String>>,
     is_retry: bool,
     tries: &mut Tries,
@@ -314,7 +314,7 @@ fn attempt_once(
         "WS_CONNECTED",
         Details::new().with("url", json!(session.url)),
     ) {
-        return Next::End(Outcome::AuditFailed);
+        return Next::End(RuntimeEnd::AuditFailed);
     }
     session.plane.on_connected();
     let (mut reader, writer) = match connection.split() {
@@ -336,7 +336,7 @@ fn attempt_once(
         Details::new().with("granted_capabilities", json!(granted)),
     ) {
         let _ = writer.close(1000, "shutdown");
-        return Next::End(Outcome::AuditFailed);
+        return Next::End(RuntimeEnd::AuditFailed);
     }
     // PROTOCOL.md §11.1: a successful handshake starts the count again,
     // and the refusals with it.
@@ -388,7 +388,7 @@ fn upgrade_failed(
         .log
         .warn(COMPONENT, format!("cannot connect: {error}"));
     match error.disposition() {
-        Disposition::Config => Next::End(Outcome::Config(error.to_string())),
+        Disposition::Config => Next::End(RuntimeEnd::Config(error.to_string())),
         Disposition::Refused => {
             let refusal = PlatformRefusal {
                 kind: RefusalKind::Forbidden,
@@ -402,7 +402,7 @@ fn upgrade_failed(
                 Next::Refused(refusal),
             )
         }
-        Disposition::RefreshToken if is_retry => Next::End(Outcome::AuthFailed(format!(
+        Disposition::RefreshToken if is_retry => Next::End(RuntimeEnd::AuthFailed(format!(
             "the platform refused the renewed access token ({error}); run autogpt-shim auth"
         ))),
         Disposition::RefreshToken => match session.credentials.renew(token, &session.audit) {
@@ -416,8 +416,8 @@ fn upgrade_failed(
                     Next::Backoff,
                 )
             }
-            Renewal::Definitive(why) => Next::End(Outcome::CredentialsRefused(why)),
-            Renewal::AuditFailed => Next::End(Outcome::AuditFailed),
+            Renewal::Definitive(why) => Next::End(RuntimeEnd::CredentialsRefused(why)),
+            Renewal::AuditFailed => Next::End(RuntimeEnd::AuditFailed),
         },
         Disposition::Transient => disconnect(session, &error.audit_reason(), Next::Backoff),
     }
@@ -448,7 +448,7 @@ fn handshake(
             return Err(disconnect(
                 session,
                 "loop_error: hello_encoding",
-                Next::End(Outcome::Terminal("cannot encode HELLO".into())),
+                Next::End(RuntimeEnd::Terminal("cannot encode HELLO".into())),
             ));
         }
     };
@@ -458,7 +458,7 @@ fn handshake(
         return Err(disconnect(
             session,
             "loop_error: hello_too_large",
-            Next::End(Outcome::Terminal(close.reason().into())),
+            Next::End(RuntimeEnd::Terminal(close.reason().into())),
         ));
     }
     if let Err(e) = writer.send_text(text) {
@@ -471,7 +471,7 @@ fn handshake(
             return Err(disconnect(
                 session,
                 "clean_exit",
-                Next::End(Outcome::Stopped),
+                Next::End(RuntimeEnd::Stopped),
             ));
         }
         Err(e) => return Err(disconnect(session, &e.audit_reason(), Next::Backoff)),
@@ -502,15 +502,15 @@ fn handshake(
     }
     if let Some(terminal) = failure.received_terminal() {
         if !revoked_by_close(session, terminal) {
-            return Err(Next::End(Outcome::AuditFailed));
+            return Err(Next::End(RuntimeEnd::AuditFailed));
         }
     }
     let next = match failure.after() {
         AfterFailure::Reconnect => Next::Backoff,
         AfterFailure::Terminal => {
-            Next::End(Outcome::Terminal(format!("handshake ended: {reason}")))
+            Next::End(RuntimeEnd::Terminal(format!("handshake ended: {reason}")))
         }
-        AfterFailure::TerminalAuthFailure => Next::End(Outcome::AuthFailed(
+        AfterFailure::TerminalAuthFailure => Next::End(RuntimeEnd::AuthFailed(
             "the platform bound the connection to a different session".into(),
         )),
         AfterFailure::Refused(refusal) => Next::Refused(PlatformRefusal {
@@ -552,8 +552,8 @@ fn wait_for_ack(
 /// After `serve`: the records and the reconnect decision of §11.
 fn connection_ended(session: &Session, end: End) -> Next {
     match end {
-        End::Stopped => disconnect(session, "clean_exit", Next::End(Outcome::Stopped)),
-        End::AuditFailed => Next::End(Outcome::AuditFailed),
+        End::Stopped => disconnect(session, "clean_exit", Next::End(RuntimeEnd::Stopped)),
+        End::AuditFailed => Next::End(RuntimeEnd::AuditFailed),
         End::Revoked { reason } => {
             session.log.warn(
                 COMPONENT,
@@ -562,7 +562,7 @@ fn connection_ended(session: &Session, end: End) -> Next {
             disconnect(
                 session,
                 &handshake::disconnect_reason(Some(ShimClose::SessionRevoked.code())),
-                Next::End(Outcome::Terminal(format!("session revoked: {reason}"))),
+                Next::End(RuntimeEnd::Terminal(format!("session revoked: {reason}"))),
             )
         }
         End::Failed(reason) => {
@@ -588,9 +588,9 @@ fn connection_ended(session: &Session, end: End) -> Next {
             let next = match classify_close(code) {
                 CloseAction::Terminal(terminal) => {
                     if !revoked_by_close(session, terminal) {
-                        return Next::End(Outcome::AuditFailed);
+                        return Next::End(RuntimeEnd::AuditFailed);
                     }
-                    Next::End(Outcome::Terminal(format!(
+                    Next::End(RuntimeEnd::Terminal(format!(
                         "the platform ended the session ({})",
                         terminal.label()
                     )))
@@ -634,7 +634,7 @@ fn disconnect_with(
     if record(session, "WS_DISCONNECTED", details) {
         next
     } else {
-        Next::End(Outcome::AuditFailed)
+        Next::End(RuntimeEnd::AuditFailed)
     }
 }
 

@@ -31,9 +31,9 @@ use rustix::process::Pid;
 use serde_json::json;
 
 use super::backlog::{Backlog, ByteBudget, Held};
+use super::capacity::{Admitted, MachineWorkPool, Overloaded, RequestSlots};
 use super::handlers::{self, CommandEntry, CommandGate};
-use super::limits::{Admitted, Overloaded, RequestSlots, WorkPool};
-use super::pool::{self, Job, Pool};
+use super::pool::{self, Job, WorkerThreads};
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, PlatformDeadline, Spawner};
 use crate::files::FileContext;
@@ -231,7 +231,7 @@ pub struct Setup {
     /// The machine-wide work pool a child runtime's requests also wait for
     /// (CONTROL.md §10.2); `None` in legacy mode and on the control
     /// connection.
-    pub machine_pool: Option<Arc<WorkPool>>,
+    pub machine_pool: Option<Arc<MachineWorkPool>>,
     /// The byte budget of responses waiting on all child runtimes together;
     /// `None` in legacy mode and on the control connection.
     pub machine_bytes: Option<ByteBudget>,
@@ -336,7 +336,7 @@ pub fn fresh_id() -> String {
 /// the transport).
 pub fn serve(
     setup: Setup,
-    pool: &Pool,
+    pool: &WorkerThreads,
     mut inbound: impl Inbound,
     outbound: impl Outbound + 'static,
     stop: &AtomicBool,
@@ -426,7 +426,7 @@ pub fn serve(
 
 fn read_loop(
     shared: &Arc<Shared>,
-    pool: &Pool,
+    pool: &WorkerThreads,
     inbound: &mut impl Inbound,
     stop: &AtomicBool,
 ) -> End {
@@ -531,7 +531,7 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
 
 /// Step 5–6 of PROTOCOL.md §5.1; a full backlog refuses like a full
 /// connection. `received`: when the frame was read.
-fn admit(shared: &Arc<Shared>, pool: &Pool, frame: Frame, received: Instant) {
+fn admit(shared: &Arc<Shared>, pool: &WorkerThreads, frame: Frame, received: Instant) {
     let admission = if shared.backlog.is_full() {
         Err(Overloaded::Backlog)
     } else {

@@ -3,7 +3,7 @@
 //! 5–12; the daemon's gates, the shell switch and the rate and concurrency
 //! limits run before [`execute`] is called).
 //!
-//! [`execute`] returns an [`Outcome`]: the reply plus what to audit. This
+//! [`execute`] returns a [`CommandOutcome`]: the reply plus what to audit. This
 //! module never writes audit records or frames itself, never passes the
 //! shim's own environment to a command beyond the safe baseline (tokens
 //! and keys stay in the shim), and never starts a command anywhere but in
@@ -29,12 +29,10 @@ use rustix::process::Pid;
 use serde_json::{Value, json};
 
 use self::run::ResultBy;
-use crate::audit::{Details, Outcome as AuditOutcome};
-use crate::files::{self, FileError, JailedError, Step, fd_mount_ok, jailed};
+use crate::audit::Details;
+use crate::files::{Audit, FileError, JailedError, Step, fd_mount_ok, jailed};
 use crate::jail::{Decision, EnforceError, Jail};
-use crate::protocol::{
-    CommandResult, ErrorCode, ErrorPayload, ExecuteCommand, Message, MessageType,
-};
+use crate::protocol::{CommandResult, ExecuteCommand, MessageType};
 
 /// What a command needs besides its request.
 #[derive(Debug, Clone, Copy)]
@@ -96,76 +94,70 @@ impl PlatformDeadline {
     }
 }
 
-/// A refused or failed command: the wire code and a one-line message.
+/// Why a command was refused or failed. Says what happened; the handler
+/// layer chooses the wire code, message and `details` for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecError {
-    /// `INTERNAL_ERROR`, `SHELL_NOT_AVAILABLE`, `PATH_NOT_FOUND` or a jail code.
-    pub code: ErrorCode,
-    /// Human-readable; never contains environment values.
-    pub message: String,
+pub enum ExecError {
+    /// The request cannot run as sent: both or neither of `command` and
+    /// `argv`, an empty `argv`, an environment a child cannot be given.
+    Invalid(String),
+    /// The requested shell, or the program `argv` names, is not on this
+    /// machine.
+    NotAvailable(String),
+    /// The machine-wide command limits refused it, or it came too late for
+    /// its answer to reach the platform in time; it was not started.
+    Overloaded(String),
+    /// The working directory was refused by the jail or could not be opened.
+    Cwd(FileError),
+    /// The program exists but could not be started.
+    StartFailed(String),
+    /// The command reached the handler without passing the command limits.
+    NotAdmitted,
+    /// The connection closed, the session stopped or the shim is shutting
+    /// down; nothing is sent for it (EXEC.md §12).
+    Cancelled,
 }
 
 impl ExecError {
-    /// An error with its wire code.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
+    /// The one-line message; never contains environment values.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Invalid(m)
+            | Self::NotAvailable(m)
+            | Self::Overloaded(m)
+            | Self::StartFailed(m) => m,
+            Self::Cwd(e) => e.message(),
+            Self::NotAdmitted => NOT_ADMITTED,
+            Self::Cancelled => CANCELLED,
         }
-    }
-
-    /// The wire `ERROR` for this failure of `request`: a path error names
-    /// the `cwd` as the request sent it, as a file operation's names its
-    /// path.
-    pub fn into_payload(self, request: &Message) -> ErrorPayload {
-        let details = files::path_details(self.code, request);
-        files::with_details(ErrorPayload::new(self.code, self.message), details)
     }
 }
 
 impl From<FileError> for ExecError {
     fn from(e: FileError) -> Self {
-        Self::new(e.code, e.message)
+        Self::Cwd(e)
     }
-}
-
-/// What to audit for a handled command.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Audit {
-    /// An `EXECUTE_COMMAND` record (EXEC.md §12, AUDIT.md §3.1).
-    Operation {
-        /// `command`, `argv`, `shell`, `cwd`, `env_keys`, `timeout_seconds`.
-        details: Details,
-        /// `ok`, the exit code, the duration and the error code.
-        result: AuditOutcome,
-    },
-    /// A `JAIL_VIOLATION` record instead (JAIL.md §4.4–§4.5).
-    JailViolation {
-        /// The jail's error code.
-        code: ErrorCode,
-        /// The raw `cwd`, or the root when the request had none.
-        path: String,
-        /// Always `EXECUTE_COMMAND`.
-        attempted_op: MessageType,
-    },
 }
 
 /// The result of one `EXECUTE_COMMAND`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct CommandOutcome {
     /// The `COMMAND_RESULT` payload (also on timeout), or the error.
     pub reply: Result<CommandResult, ExecError>,
-    /// What to audit.
+    /// What to audit: [`Audit::Command`] or [`Audit::JailViolation`].
     pub audit: Audit,
     /// The command's process group when members remain after it finished
     /// (see [`run::Finished::leftover_group`]); the owner terminates it
     /// with [`run::terminate_group`] when the session or the shim stops.
     pub leftover_group: Option<Pid>,
     /// The command was cancelled (connection closed, session stopped,
-    /// shutdown): `reply` holds an `INTERNAL_ERROR` for the audit record,
+    /// shutdown): `reply` holds [`ExecError::Cancelled`] for the audit record,
     /// but nothing is to be sent (EXEC.md §12).
     pub cancelled: bool,
 }
+
+/// The message of a command that skipped the command limits.
+pub const NOT_ADMITTED: &str = "The command was not admitted by the command limits.";
 
 /// The message of a cancelled command's error (audit only; never sent).
 pub const CANCELLED: &str = "The command was cancelled.";
@@ -185,7 +177,7 @@ pub fn effective_timeout(requested: Option<u64>, command_timeout_seconds: u64) -
 /// effective timeout + 6 s, or the cancellation sequence). The command is
 /// started by the spawner process, which is its parent: any thread may
 /// call this.
-pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
+pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     let started = Instant::now();
     let cwd_wire = match req.cwd.as_deref() {
         Some(cwd) if !cwd.is_empty() => cwd.to_owned(),
@@ -206,7 +198,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     let program = match (&req.command, &req.argv) {
         (Some(command), None) => Program::Shell(command),
         (None, Some(argv)) => Program::Argv(argv),
-        _ => return record.fail(ExecError::new(ErrorCode::InternalError, EXACTLY_ONE)),
+        _ => return record.fail(ExecError::Invalid(EXACTLY_ONE.into())),
     };
 
     // Steps 6 and 6a.
@@ -217,13 +209,13 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     }) {
         Ok(fd) => fd,
         Err(JailedError::Rejected(r)) => {
-            return Outcome {
+            return CommandOutcome {
                 audit: Audit::JailViolation {
-                    code: r.code,
+                    rejection: r.kind,
                     path: cwd_wire,
                     attempted_op: MessageType::ExecuteCommand,
                 },
-                reply: Err(ExecError::new(r.code, r.message)),
+                reply: Err(ExecError::Cwd(FileError::Refused(r))),
                 leftover_group: None,
                 cancelled: false,
             };
@@ -241,7 +233,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
 
     // Step 8.
     if let Err(e) = env::validate(&req.env) {
-        return record.fail(ExecError::new(ErrorCode::InternalError, e.message()));
+        return record.fail(ExecError::Invalid(e.message()));
     }
     let host = ctx
         .host_env
@@ -261,25 +253,22 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
             match shell::shell_argv(req.shell, command, path) {
                 Some(argv) => argv,
                 None => {
-                    return record.fail(ExecError::new(
-                        ErrorCode::ShellNotAvailable,
-                        format!("Shell '{}' is not available on this OS.", req.shell),
-                    ));
+                    return record.fail(ExecError::NotAvailable(format!(
+                        "Shell '{}' is not available on this OS.",
+                        req.shell
+                    )));
                 }
             }
         }
         Program::Argv([]) => {
-            return record.fail(ExecError::new(
-                ErrorCode::InternalError,
-                "argv must not be empty",
-            ));
+            return record.fail(ExecError::Invalid("argv must not be empty".into()));
         }
         Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
     };
 
     // Cancelled while the request was being prepared: nothing starts.
     if ctx.cancel.is_cancelled() {
-        let mut outcome = record.fail(ExecError::new(ErrorCode::InternalError, CANCELLED));
+        let mut outcome = record.fail(ExecError::Cancelled);
         outcome.cancelled = true;
         return outcome;
     }
@@ -299,7 +288,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     // in time (the platform has given up on it): nothing starts, so no
     // side effect happens that nobody will hear of.
     if result_by.is_some_and(|by| by.instant < Instant::now() + MIN_RUN) {
-        return record.fail(ExecError::new(ErrorCode::ShimOverloaded, TOO_LATE));
+        return record.fail(ExecError::Overloaded(TOO_LATE.into()));
     }
 
     // Step 10. The directory descriptor stays open until the spawner has
@@ -321,30 +310,18 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
     );
     let duration_ms = record.elapsed_ms();
     if finished.cancelled {
-        return Outcome {
-            audit: Audit::Operation {
+        return CommandOutcome {
+            audit: Audit::Command {
                 details: record.details(),
-                result: AuditOutcome {
-                    ok: false,
-                    exit_code: Some(finished.exit_code),
-                    duration_ms,
-                    error_code: Some(ErrorCode::InternalError.as_str().to_owned()),
-                },
+                exit_code: Some(finished.exit_code),
+                duration_ms,
             },
-            reply: Err(ExecError::new(ErrorCode::InternalError, CANCELLED)),
+            reply: Err(ExecError::Cancelled),
             leftover_group: finished.leftover_group,
             cancelled: true,
         };
     }
-    let result = AuditOutcome {
-        ok: !finished.timed_out,
-        exit_code: Some(finished.exit_code),
-        duration_ms,
-        error_code: finished
-            .timed_out
-            .then(|| ErrorCode::CommandTimeout.as_str().to_owned()),
-    };
-    Outcome {
+    CommandOutcome {
         reply: Ok(CommandResult {
             stdout: finished.output.stdout,
             stderr: finished.output.stderr,
@@ -354,9 +331,10 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
             duration_seconds: duration_ms as f64 / 1000.0,
             output_truncated: finished.output.truncated,
         }),
-        audit: Audit::Operation {
+        audit: Audit::Command {
             details: record.details(),
-            result,
+            exit_code: Some(finished.exit_code),
+            duration_ms,
         },
         leftover_group: finished.leftover_group,
         cancelled: false,
@@ -366,7 +344,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> Outcome {
 /// The outcome of a command refused by the daemon's rate or concurrency
 /// limit (EXEC.md §3 steps 2–3): the error and an `EXECUTE_COMMAND` record
 /// with the raw `cwd` (or the root), the wire env keys and `duration_ms` 0.
-pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> Outcome {
+pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> CommandOutcome {
     let record = Record {
         req,
         started: Instant::now(),
@@ -381,8 +359,8 @@ pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> 
         ),
     };
     let mut outcome = record.fail(error);
-    if let Audit::Operation { result, .. } = &mut outcome.audit {
-        result.duration_ms = 0;
+    if let Audit::Command { duration_ms, .. } = &mut outcome.audit {
+        *duration_ms = 0;
     }
     outcome
 }
@@ -420,16 +398,12 @@ impl Record<'_> {
     }
 
     /// A failure before the command ran: the error and its audit record.
-    fn fail(&self, error: ExecError) -> Outcome {
-        Outcome {
-            audit: Audit::Operation {
+    fn fail(&self, error: ExecError) -> CommandOutcome {
+        CommandOutcome {
+            audit: Audit::Command {
                 details: self.details(),
-                result: AuditOutcome {
-                    ok: false,
-                    exit_code: None,
-                    duration_ms: self.elapsed_ms(),
-                    error_code: Some(error.code.as_str().to_owned()),
-                },
+                exit_code: None,
+                duration_ms: self.elapsed_ms(),
             },
             reply: Err(error),
             leftover_group: None,
@@ -470,22 +444,17 @@ fn open_cwd(jail: &Jail, d: &Decision) -> Result<OwnedFd, Step> {
     }
 }
 
-/// Step 10's failure: a missing program is `SHELL_NOT_AVAILABLE` (as the
-/// reference reports it), anything else `INTERNAL_ERROR`.
+/// Step 10's failure: a missing program is not available (answered as a
+/// missing shell, as the reference reports it); anything else failed to
+/// start.
 fn spawn_error(argv: &[OsString], e: &std::io::Error) -> ExecError {
     let program = argv
         .first()
         .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
         .unwrap_or_default();
     if e.kind() == std::io::ErrorKind::NotFound {
-        ExecError::new(
-            ErrorCode::ShellNotAvailable,
-            format!("Executable not found: {program}"),
-        )
+        ExecError::NotAvailable(format!("Executable not found: {program}"))
     } else {
-        ExecError::new(
-            ErrorCode::InternalError,
-            format!("Failed to start {program}: {e}"),
-        )
+        ExecError::StartFailed(format!("Failed to start {program}: {e}"))
     }
 }

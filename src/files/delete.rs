@@ -22,17 +22,17 @@ use rustix::io::Errno;
 use serde_json::{Value, json};
 
 use super::write::open_parent;
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Entry, Jail, Rejection, identity};
-use crate::protocol::{Ack, ErrorCode, FileDelete, Message, MessageType};
+use crate::protocol::{Ack, FileDelete, Message, MessageType};
 
 /// How often one directory is re-read when removing it finds it not empty
 /// (entries created concurrently, or missed while the listing changed).
 const MAX_RESCANS: u8 = 2;
 
 /// Handles one `FILE_DELETE`.
-pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
+pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> FileOutcome {
     let jail = ctx.jail;
     let mut shown = None;
     let result = jailed(jail, &req.path, |d| {
@@ -65,8 +65,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
             return match rustix::fs::unlinkat(&dir, entry.name.as_os_str(), AtFlags::REMOVEDIR) {
                 Ok(()) => Ok(()),
                 Err(Errno::NOENT) => missing(req, d),
-                Err(e @ (Errno::NOTEMPTY | Errno::EXIST)) => Err(Step::Fail(FileError::new(
-                    ErrorCode::PathNotEmpty,
+                Err(e @ (Errno::NOTEMPTY | Errno::EXIST)) => Err(Step::Fail(FileError::NotEmpty(
                     format!("{}: {}", d.resolved, std::io::Error::from(e)),
                 ))),
                 Err(e) => Err(Step::Fail(os_error(&d.resolved, e))),
@@ -81,7 +80,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
     let reply = match result {
         Ok(()) => Ok(Message::Ack(Ack::OK)),
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, req.path.clone(), MessageType::FileDelete);
+            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileDelete);
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
@@ -89,7 +88,7 @@ pub fn delete(ctx: &FileContext<'_>, req: &FileDelete) -> Outcome {
     details.insert("path", Value::String(shown.unwrap_or_default()));
     details.insert("recursive", json!(req.recursive));
     details.insert("missing_ok", json!(req.missing_ok));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }

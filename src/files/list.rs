@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::glob::Pattern;
 use super::stat::mtime;
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::EnforceError;
 use crate::protocol::{FileList, FileListEntry, FileListResponse, Message, MessageType};
@@ -29,7 +29,7 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_EXAMINED: u64 = 100_000;
 
 /// Handles one `FILE_LIST`.
-pub fn list(ctx: &FileContext<'_>, req: &FileList) -> Outcome {
+pub fn list(ctx: &FileContext<'_>, req: &FileList) -> FileOutcome {
     let mut shown = None;
     let mut returned = 0usize;
     let result = jailed(ctx.jail, &req.path, |d| {
@@ -84,7 +84,7 @@ pub fn list(ctx: &FileContext<'_>, req: &FileList) -> Outcome {
             Ok(Message::FileListResponse(response))
         }
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, req.path.clone(), MessageType::FileList);
+            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileList);
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
@@ -95,7 +95,7 @@ pub fn list(ctx: &FileContext<'_>, req: &FileList) -> Outcome {
     details.insert("include_hidden", json!(req.include_hidden));
     details.insert("max_entries", json!(req.max_entries));
     details.insert("entries_returned", json!(returned));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }

@@ -2,17 +2,15 @@
 //! beneath the jail's pinned root — never on a re-joined path string.
 //!
 //! Each operation takes its decoded request and a [`FileContext`] and returns
-//! an [`Outcome`]: the wire reply plus what to audit (the operation's
+//! a [`FileOutcome`]: the wire reply plus what to audit (the operation's
 //! `details`, or a `JAIL_VIOLATION` when the jail refused the path). This
 //! module never writes audit records or frames itself, and it must never
 //! open, create, rename or remove anything except relative to a directory
 //! descriptor handed out by [`crate::jail`].
 //!
-//! A failure becomes its wire `ERROR` in one place, [`FileError::into_payload`],
-//! which also fills `details` — a deliberate addition to the reference, which
-//! sends `details: null`: path errors carry the path as the request sent it,
-//! `FILE_TOO_LARGE` the limit, the attempted size and the operation, and a text
-//! read that only the text cap refused a hint to read it as base64.
+//! A [`FileError`] says what went wrong, never which wire code to send: the
+//! daemon's handler layer maps it to its `ERROR` (code, message, `details`)
+//! in one place.
 
 pub mod base64;
 mod delete;
@@ -38,8 +36,8 @@ pub use stat::stat;
 pub use write::write;
 
 use crate::audit::Details;
-use crate::jail::{EnforceError, EnforcementFailure, Jail, Outcome as JailOutcome, Rejection};
-use crate::protocol::{ErrorCode, ErrorPayload, Message, MessageType};
+use crate::jail::{EnforceError, EnforcementFailure, Jail, Rejection, RejectionKind, RunError};
+use crate::protocol::{Message, MessageType};
 
 /// What every file operation needs besides its request.
 #[derive(Debug, Clone, Copy)]
@@ -54,15 +52,30 @@ pub struct FileContext<'a> {
     pub umask: Mode,
 }
 
-/// A failed operation: the wire code and a one-line message.
+/// Why a file operation failed. Says what happened; the handler layer
+/// chooses the wire code, message and `details` for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileError {
-    /// `PATH_NOT_FOUND`, `FILE_TOO_LARGE`, `INTERNAL_ERROR`, …
-    pub code: ErrorCode,
-    /// Human-readable; never contains file content.
-    pub message: String,
-    /// For `FILE_TOO_LARGE`: the limit that refused it.
-    pub excess: Option<SizeExcess>,
+pub enum FileError {
+    /// The path, or the parent it would be created in, does not exist.
+    NotFound(String),
+    /// The destination exists and the request did not ask to overwrite it.
+    Exists(String),
+    /// A directory to delete without `recursive` still has entries.
+    NotEmpty(String),
+    /// Reading or writing the file would exceed a size limit.
+    TooLarge {
+        /// Human-readable.
+        message: String,
+        /// The limit that refused it.
+        excess: SizeExcess,
+    },
+    /// The path could not be accepted once the jail opened it (a name too
+    /// long for the system, a tree that kept changing): answered as the jail
+    /// answers a refusal, but audited as the operation's own record.
+    Refused(Rejection),
+    /// Anything else: an OS error, a request the reference also answers
+    /// with an internal error.
+    Internal(String),
 }
 
 /// What a `FILE_TOO_LARGE` ran into, for its wire `details`.
@@ -76,118 +89,43 @@ pub struct SizeExcess {
     pub base64_would_fit: bool,
 }
 
-/// The longest wire path quoted in `details`. A longer one is refused by the
-/// jail anyway (`PATH_INVALID_CHARS`), and quoting it whole could push the
-/// answer past the frame limit.
-const MAX_DETAILS_PATH_BYTES: usize = 4096;
-
-/// `details.hint` of a text read that base64 would serve.
-const BASE64_HINT: &str = "The file is too large to return as text; read it with \
-                           encoding: \"base64\" instead.";
-
 impl FileError {
-    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            excess: None,
-        }
-    }
-
     pub(crate) fn internal(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::InternalError, message)
+        Self::Internal(message.into())
     }
 
     pub(crate) fn not_found(path: &str) -> Self {
-        Self::new(ErrorCode::PathNotFound, format!("{path} does not exist"))
+        Self::NotFound(format!("{path} does not exist"))
     }
 
-    /// `FILE_TOO_LARGE` with what it ran into.
+    /// Reading or writing would exceed what `excess` names.
     pub(crate) fn too_large(message: impl Into<String>, excess: SizeExcess) -> Self {
-        Self {
-            excess: Some(excess),
-            ..Self::new(ErrorCode::FileTooLarge, message)
+        Self::TooLarge {
+            message: message.into(),
+            excess,
         }
     }
 
-    /// The wire `ERROR` for this failure of `request`: the code and message
-    /// unchanged, with the `details` the platform words its answer from.
-    pub fn into_payload(self, request: &Message) -> ErrorPayload {
-        let mut details = path_details(self.code, request);
-        if let Some(excess) = self.excess {
-            details.insert(
-                "max_file_size_bytes".into(),
-                excess.max_file_size_bytes.into(),
-            );
-            details.insert("attempted_bytes".into(), excess.attempted_bytes.into());
-            details.insert("op".into(), request.message_type().as_str().into());
-            if excess.base64_would_fit {
-                details.insert("hint".into(), BASE64_HINT.into());
-            }
+    /// The one-line message; never contains file content.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::NotFound(m) | Self::Exists(m) | Self::NotEmpty(m) | Self::Internal(m) => m,
+            Self::TooLarge { message, .. } => message,
+            Self::Refused(r) => &r.message,
         }
-        with_details(ErrorPayload::new(self.code, self.message), details)
     }
-}
 
-/// `payload` with `details`, which stay `null` when there are none.
-pub(crate) fn with_details(
-    payload: ErrorPayload,
-    details: serde_json::Map<String, serde_json::Value>,
-) -> ErrorPayload {
-    if details.is_empty() {
-        payload
-    } else {
-        payload.with_details(details)
-    }
-}
-
-/// The `details` of an error with `code` answering `request`: for a path
-/// error, the path as the request sent it (a command's `cwd`, when it sent
-/// one); nothing otherwise.
-pub(crate) fn path_details(
-    code: ErrorCode,
-    request: &Message,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut details = serde_json::Map::new();
-    if !is_path_error(code) {
-        return details;
-    }
-    let quoted = |path: &str| {
-        serde_json::Value::String(crate::audit::cap::cut(path, MAX_DETAILS_PATH_BYTES).to_owned())
-    };
-    match request {
-        Message::FileRead(r) => details.insert("path".into(), quoted(&r.path)),
-        Message::FileWrite(r) => details.insert("path".into(), quoted(&r.path)),
-        Message::FileStat(r) => details.insert("path".into(), quoted(&r.path)),
-        Message::FileList(r) => details.insert("path".into(), quoted(&r.path)),
-        Message::FileDelete(r) => details.insert("path".into(), quoted(&r.path)),
-        // Either end may be the one at fault; `path` names both as the
-        // jail's audit record does.
-        Message::FileMove(r) => {
-            details.insert("src".into(), quoted(&r.src));
-            details.insert("dst".into(), quoted(&r.dst));
-            details.insert("path".into(), quoted(&format!("{} -> {}", r.src, r.dst)))
+    /// The same failure told with `message` instead.
+    pub(crate) fn with_message(self, message: String) -> Self {
+        match self {
+            Self::NotFound(_) => Self::NotFound(message),
+            Self::Exists(_) => Self::Exists(message),
+            Self::NotEmpty(_) => Self::NotEmpty(message),
+            Self::Internal(_) => Self::Internal(message),
+            Self::TooLarge { excess, .. } => Self::TooLarge { message, excess },
+            Self::Refused(r) => Self::Refused(Rejection { message, ..r }),
         }
-        Message::ExecuteCommand(r) => match r.cwd.as_deref() {
-            Some(cwd) if !cwd.is_empty() => details.insert("path".into(), quoted(cwd)),
-            _ => None,
-        },
-        _ => None,
-    };
-    details
-}
-
-/// The codes that are about a path the request named.
-fn is_path_error(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::PathOutsideAllowedRoot
-            | ErrorCode::PathReservedName
-            | ErrorCode::PathInvalidChars
-            | ErrorCode::PathNotFound
-            | ErrorCode::PathNotEmpty
-            | ErrorCode::PathExists
-    )
+    }
 }
 
 /// Failures inside a jailed step: either enforcement (which may mean the tree
@@ -221,17 +159,30 @@ impl From<FileError> for Step {
     }
 }
 
-/// What to audit for a handled request.
+/// What to audit for a handled data-plane request (a file operation or a
+/// command).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Audit {
     /// The operation's own record with these `details` (FILES.md, each
     /// operation's "Audit" section), in their on-disk order.
     Operation(Details),
-    /// A `JAIL_VIOLATION` record instead (JAIL.md §4.5).
+    /// An `EXECUTE_COMMAND` record (EXEC.md §12, AUDIT.md §3.1); its `ok`
+    /// and error code follow from the reply.
+    Command {
+        /// `command`, `argv`, `shell`, `cwd`, `env_keys`, `timeout_seconds`.
+        details: Details,
+        /// The exit code of a command that ran.
+        exit_code: Option<i64>,
+        /// From the request's arrival to the result (0 for a refusal by the
+        /// command limits).
+        duration_ms: u64,
+    },
+    /// A `JAIL_VIOLATION` record instead (JAIL.md §4.4–§4.5).
     JailViolation {
-        /// The jail's error code.
-        code: ErrorCode,
-        /// The raw wire path (`"<src> -> <dst>"` for a move).
+        /// Why the jail refused the path.
+        rejection: RejectionKind,
+        /// The raw wire path (`"<src> -> <dst>"` for a move; a command's
+        /// raw `cwd`, or the root when it sent none).
         path: String,
         /// The refused operation.
         attempted_op: MessageType,
@@ -240,23 +191,23 @@ pub enum Audit {
 
 /// The result of one file operation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct FileOutcome {
     /// The typed response, or the error to answer with.
     pub reply: Result<Message, FileError>,
     /// What to audit.
     pub audit: Audit,
 }
 
-impl Outcome {
+impl FileOutcome {
     /// The outcome of a jail refusal: the error reply and a `JAIL_VIOLATION`.
     pub(crate) fn rejected(rejection: Rejection, path: String, op: MessageType) -> Self {
         Self {
             audit: Audit::JailViolation {
-                code: rejection.code,
+                rejection: rejection.kind,
                 path,
                 attempted_op: op,
             },
-            reply: Err(FileError::new(rejection.code, rejection.message)),
+            reply: Err(FileError::Refused(rejection)),
         }
     }
 }
@@ -266,44 +217,42 @@ impl Outcome {
 pub(crate) fn enforce_error(e: EnforceError, shown: &str) -> FileError {
     match e {
         EnforceError::NotFound => FileError::not_found(shown),
-        EnforceError::NameTooLong => FileError::new(
-            ErrorCode::PathInvalidChars,
-            format!("{shown}: file name too long"),
-        ),
+        EnforceError::NameTooLong => FileError::Refused(Rejection::invalid_chars(format!(
+            "{shown}: file name too long"
+        ))),
         // Only reached when a retry already happened; Jail::run turns a
         // second change into a rejection, so this is a defensive mapping.
-        EnforceError::Changed => FileError::new(
-            ErrorCode::PathOutsideAllowedRoot,
-            format!("{shown} changed while it was being opened"),
-        ),
+        EnforceError::Changed => FileError::Refused(Rejection::outside(format!(
+            "{shown} changed while it was being opened"
+        ))),
         EnforceError::Os(errno) => os_error(shown, errno),
     }
 }
 
-/// An OS error as an `INTERNAL_ERROR` message.
+/// An OS error met on `shown`, as an internal failure.
 pub(crate) fn os_error(shown: &str, errno: Errno) -> FileError {
     FileError::internal(format!("{shown}: {}", std::io::Error::from(errno)))
 }
 
 /// Runs a jailed step for `wire`, turning the jail's verdicts into the
-/// final result; the caller builds the [`Outcome`] (and its audit details).
+/// final result; the caller builds the [`FileOutcome`] (and its audit details).
 pub(crate) fn jailed<T>(
     jail: &Jail,
     wire: &str,
     op: impl FnMut(&crate::jail::Decision) -> Result<T, Step>,
 ) -> Result<T, JailedError> {
     jail.run(wire, op).map_err(|e| match e {
-        JailOutcome::Rejected(r) => JailedError::Rejected(r),
-        JailOutcome::Failed(Step::Fail(f)) => JailedError::Failed(f),
-        JailOutcome::Failed(Step::Reject(r)) => JailedError::Rejected(r),
+        RunError::Rejected(r) => JailedError::Rejected(r),
+        RunError::Failed(Step::Fail(f)) => JailedError::Failed(f),
+        RunError::Failed(Step::Reject(r)) => JailedError::Rejected(r),
         // A name too long for the kernel, met through a symlink's target,
         // is a path the jail cannot accept (JAIL.md §6.13).
-        JailOutcome::Failed(Step::Enforce(EnforceError::NameTooLong)) => {
+        RunError::Failed(Step::Enforce(EnforceError::NameTooLong)) => {
             JailedError::Rejected(Rejection::invalid_chars(format!(
                 "Path '{wire}' resolves to a name too long for the system"
             )))
         }
-        JailOutcome::Failed(Step::Enforce(e)) => JailedError::Failed(enforce_error(e, wire)),
+        RunError::Failed(Step::Enforce(e)) => JailedError::Failed(enforce_error(e, wire)),
     })
 }
 

@@ -28,10 +28,10 @@ use super::delete::{
     FsId, acted_on, boundary_error, delete_tree, open_subdir, protected_refusal, root_refusal,
 };
 use super::write::{open_parent, with_temp_name, write_all};
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{EnforceError, Entry, Jail, identity};
-use crate::protocol::{Ack, ErrorCode, FileMove, Message, MessageType};
+use crate::protocol::{Ack, FileMove, Message, MessageType};
 
 /// Serialises the check-then-rename fallback for filesystems that reject
 /// `RENAME_NOREPLACE` (JAIL.md §6.7). It only orders this process's own
@@ -51,7 +51,7 @@ const COPY_CHUNK: usize = 1 << 16;
 const MAX_COPY_DEPTH: usize = 256;
 
 /// Handles one `FILE_MOVE`.
-pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
+pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> FileOutcome {
     let jail = ctx.jail;
     let both = format!("{} -> {}", req.src, req.dst);
     let mut src_shown = None;
@@ -120,7 +120,7 @@ pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
     let reply = match result {
         Ok(()) => Ok(Message::Ack(Ack::OK)),
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, both, MessageType::FileMove);
+            return FileOutcome::rejected(r, both, MessageType::FileMove);
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
@@ -128,7 +128,7 @@ pub fn move_entry(ctx: &FileContext<'_>, req: &FileMove) -> Outcome {
     details.insert("src", Value::String(src_shown.unwrap_or_default()));
     details.insert("dst", Value::String(dst_shown.unwrap_or_default()));
     details.insert("overwrite", json!(req.overwrite));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }
@@ -145,7 +145,7 @@ fn entry_path(jail: &Jail, entry: &Entry) -> String {
 }
 
 fn exists(shown: &str) -> FileError {
-    FileError::new(ErrorCode::PathExists, format!("{shown} already exists"))
+    FileError::Exists(format!("{shown} already exists"))
 }
 
 /// The parent directory of one end; `None` when it does not exist (a
@@ -465,10 +465,10 @@ impl Move<'_> {
                 .map_err(|e| Step::Fail(os_error(self.src.shown, e)))
         };
         removed.map_err(|step| match step {
-            Step::Fail(f) => Step::Fail(FileError::new(
-                f.code,
-                format!("{}; the copy at {} was kept", f.message, self.dst.shown),
-            )),
+            Step::Fail(f) => {
+                let message = format!("{}; the copy at {} was kept", f.message(), self.dst.shown);
+                Step::Fail(f.with_message(message))
+            }
             other => other,
         })
     }

@@ -6,7 +6,7 @@
 use rustix::fs::{FileType, Mode, OFlags};
 use serde_json::json;
 
-use super::{FileContext, FileError, JailedError, Outcome, SizeExcess, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, SizeExcess, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::protocol::{
     Encoding, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES, MAX_WIRE_TEXT_CONTENT_BYTES,
@@ -17,7 +17,7 @@ use crate::protocol::{
 const CHUNK: usize = 1 << 20;
 
 /// Handles one `FILE_READ`.
-pub fn read(ctx: &FileContext<'_>, req: &FileRead) -> Outcome {
+pub fn read(ctx: &FileContext<'_>, req: &FileRead) -> FileOutcome {
     let mut shown = None;
     let result = jailed(ctx.jail, &req.path, |d| {
         shown = Some(d.resolved.clone());
@@ -62,11 +62,11 @@ pub fn read(ctx: &FileContext<'_>, req: &FileRead) -> Outcome {
             (Ok(Message::FileContents(contents)), n)
         }
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, req.path.clone(), MessageType::FileRead);
+            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileRead);
         }
         Err(JailedError::Failed(e)) => (Err(e), 0),
     };
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details(req, &path, returned)),
     }

@@ -9,13 +9,13 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use serde_json::{Value, json};
 
-use super::{FileContext, FileError, JailedError, Outcome, Step, jailed, os_error};
+use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{EnforceError, Entry};
 use crate::protocol::{FileStat, FileStatResponse, Message, MessageType};
 
 /// Handles one `FILE_STAT`.
-pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> Outcome {
+pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> FileOutcome {
     let jail = ctx.jail;
     let mut shown = None;
     let result = jailed(jail, &req.path, |d| {
@@ -53,14 +53,14 @@ pub fn stat(ctx: &FileContext<'_>, req: &FileStat) -> Outcome {
     let reply = match result {
         Ok(r) => Ok(Message::FileStatResponse(r)),
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, req.path.clone(), MessageType::FileStat);
+            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileStat);
         }
         Err(JailedError::Failed(e)) => Err(e),
     };
     let mut details = Details::new();
     details.insert("path", Value::String(path));
     details.insert("follow_symlinks", json!(req.follow_symlinks));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }

@@ -23,16 +23,16 @@ use rustix::fs::{AtFlags, FallocateFlags, FileType, Gid, Mode, OFlags, Stat, Uid
 use rustix::io::Errno;
 use serde_json::{Value, json};
 
-use super::{FileContext, FileError, JailedError, Outcome, SizeExcess, Step, jailed};
+use super::{FileContext, FileError, FileOutcome, JailedError, SizeExcess, Step, jailed};
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Jail};
-use crate::protocol::{Ack, Encoding, ErrorCode, FileWrite, Message, MessageType};
+use crate::protocol::{Ack, Encoding, FileWrite, Message, MessageType};
 
 /// How many temporary names are tried before giving up (FILES.md §2.4 4.1).
 const TEMP_TRIES: usize = 10;
 
 /// Handles one `FILE_WRITE`.
-pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> Outcome {
+pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> FileOutcome {
     // Decoding does not depend on the path, so it is done once even if the
     // jail re-decides after a race; its error is reported only after the
     // jail accepted the path (FILES.md §2.2: the jail comes first).
@@ -60,7 +60,7 @@ pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> Outcome {
     let reply = match result {
         Ok(()) => Ok(Message::Ack(Ack::OK)),
         Err(JailedError::Rejected(r)) => {
-            return Outcome::rejected(r, req.path.clone(), MessageType::FileWrite);
+            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileWrite);
         }
         Err(JailedError::Failed(e)) => {
             written = 0;
@@ -72,7 +72,7 @@ pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> Outcome {
     details.insert("encoding", json!(req.encoding.as_str()));
     details.insert("create_parents", json!(req.create_parents));
     details.insert("size_bytes_written", json!(written));
-    Outcome {
+    FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
     }
@@ -120,13 +120,10 @@ fn write_decided(
         make_parents(ctx.jail, parent, shown)?
     } else {
         open_parent(ctx.jail, parent).map_err(|e| match e {
-            EnforceError::NotFound => Step::Fail(FileError::new(
-                ErrorCode::PathNotFound,
-                format!(
-                    "Parent directory {} does not exist",
-                    ctx.jail.display_path(parent)
-                ),
-            )),
+            EnforceError::NotFound => Step::Fail(FileError::NotFound(format!(
+                "Parent directory {} does not exist",
+                ctx.jail.display_path(parent)
+            ))),
             other => enforce_step(other, shown),
         })?
     };

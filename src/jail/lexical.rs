@@ -198,7 +198,7 @@ mod tests {
         assert_eq!(expand_tilde("~bob/x", &h).unwrap(), "/srv/bob/x");
         assert_eq!(expand_tilde("a/~/b", &h).unwrap(), "a/~/b");
         let err = expand_tilde("~nosuchuser/x", &h).unwrap_err();
-        assert_eq!(err.code, crate::protocol::ErrorCode::PathInvalidChars);
+        assert_eq!(err.kind, crate::jail::RejectionKind::InvalidPath);
     }
 
     #[test]

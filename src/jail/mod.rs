@@ -38,30 +38,40 @@ pub use lexical::Homes;
 pub use protected::ProtectedLocations;
 pub use resolve::{Filesystem, LinkReader, Resolved};
 
-use crate::protocol::ErrorCode;
-
-/// A request path refused by the jail: answered with `code` and audited as
-/// `JAIL_VIOLATION` instead of the operation's own record (JAIL.md §4.5).
+/// A request path refused by the jail: answered with an error and audited
+/// as `JAIL_VIOLATION` instead of the operation's own record (JAIL.md §4.5).
+/// The jail says why it refused; the handler layer chooses the wire code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
-    /// `PATH_OUTSIDE_ALLOWED_ROOT`, `PATH_INVALID_CHARS` or
-    /// `PATH_RESERVED_NAME`.
-    pub code: ErrorCode,
+    /// Why the path was refused.
+    pub kind: RejectionKind,
     /// Human-readable; contains the raw and resolved path where known.
     pub message: String,
+}
+
+/// Why the jail refused a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectionKind {
+    /// The path resolves outside the root, crosses a mount with
+    /// `jail_no_xdev`, names the root itself where that is refused, or
+    /// reaches one of the shim's own files or directories.
+    OutsideRoot,
+    /// The path's text cannot be accepted: empty, too long, a NUL byte, a
+    /// name too long for the system.
+    InvalidPath,
 }
 
 impl Rejection {
     pub(crate) fn invalid_chars(message: String) -> Self {
         Self {
-            code: ErrorCode::PathInvalidChars,
+            kind: RejectionKind::InvalidPath,
             message,
         }
     }
 
     pub(crate) fn outside(message: String) -> Self {
         Self {
-            code: ErrorCode::PathOutsideAllowedRoot,
+            kind: RejectionKind::OutsideRoot,
             message,
         }
     }
@@ -152,7 +162,7 @@ pub struct Entry {
 /// What went wrong inside [`Jail::run`]: a jail verdict (audited as
 /// `JAIL_VIOLATION`) or the operation's own failure.
 #[derive(Debug)]
-pub enum Outcome<E> {
+pub enum RunError<E> {
     /// Refused by the jail.
     Rejected(Rejection),
     /// The operation failed after the jail accepted.
@@ -469,19 +479,19 @@ impl Jail {
         &self,
         wire: &str,
         mut op: impl FnMut(&Decision) -> Result<T, E>,
-    ) -> Result<T, Outcome<E>> {
+    ) -> Result<T, RunError<E>> {
         let mut attempt = 0;
         loop {
-            let decision = self.decide(wire).map_err(Outcome::Rejected)?;
+            let decision = self.decide(wire).map_err(RunError::Rejected)?;
             match op(&decision) {
                 Ok(value) => return Ok(value),
                 Err(e) if e.tree_changed() && attempt == 0 => attempt += 1,
                 Err(e) if e.tree_changed() => {
-                    return Err(Outcome::Rejected(Rejection::outside(format!(
+                    return Err(RunError::Rejected(Rejection::outside(format!(
                         "Path '{wire}' changed while it was being opened; refusing to follow it"
                     ))));
                 }
-                Err(e) => return Err(Outcome::Failed(e)),
+                Err(e) => return Err(RunError::Failed(e)),
             }
         }
     }

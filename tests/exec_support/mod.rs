@@ -10,7 +10,9 @@ use std::num::NonZeroU64;
 use std::path::PathBuf;
 
 use autogpt_shim::audit::Outcome as AuditOutcome;
-use autogpt_shim::exec::{self, Audit, Cancel, ExecContext, ExecError, Outcome, Spawner};
+use autogpt_shim::daemon::handlers::command_audit_result;
+use autogpt_shim::exec::{self, Cancel, CommandOutcome, ExecContext, ExecError, Spawner};
+use autogpt_shim::files::Audit;
 use autogpt_shim::jail::{Jail, JailOptions};
 use autogpt_shim::protocol::{CommandResult, ExecuteCommand, Shell};
 use serde_json::Value;
@@ -67,7 +69,7 @@ impl Fx {
         self.root.to_str().unwrap().to_owned()
     }
 
-    pub fn run(&self, req: &ExecuteCommand) -> Outcome {
+    pub fn run(&self, req: &ExecuteCommand) -> CommandOutcome {
         let ctx = ExecContext {
             jail: &self.jail,
             command_timeout_seconds: self.command_timeout_seconds,
@@ -106,7 +108,7 @@ pub fn with_timeout(mut req: ExecuteCommand, seconds: u64) -> ExecuteCommand {
 }
 
 /// The `COMMAND_RESULT` of a command that ran.
-pub fn result(outcome: &Outcome) -> &CommandResult {
+pub fn result(outcome: &CommandOutcome) -> &CommandResult {
     match &outcome.reply {
         Ok(r) => r,
         Err(e) => panic!("expected COMMAND_RESULT, got {e:?}"),
@@ -114,7 +116,7 @@ pub fn result(outcome: &Outcome) -> &CommandResult {
 }
 
 /// The error of a command that was refused.
-pub fn error(outcome: &Outcome) -> &ExecError {
+pub fn error(outcome: &CommandOutcome) -> &ExecError {
     match &outcome.reply {
         Ok(r) => panic!("expected an error, got {r:?}"),
         Err(e) => e,
@@ -122,22 +124,24 @@ pub fn error(outcome: &Outcome) -> &ExecError {
 }
 
 /// The `EXECUTE_COMMAND` audit record's details as a map and its result.
-pub fn record(outcome: &Outcome) -> (BTreeMap<String, Value>, &AuditOutcome) {
-    match &outcome.audit {
-        Audit::Operation { details, result } => (details.0.iter().cloned().collect(), result),
-        other => panic!("expected an EXECUTE_COMMAND record, got {other:?}"),
+pub fn record(outcome: &CommandOutcome) -> (BTreeMap<String, Value>, AuditOutcome) {
+    match (&outcome.audit, command_audit_result(outcome)) {
+        (Audit::Command { details, .. }, Some(result)) => {
+            (details.0.iter().cloned().collect(), result)
+        }
+        (other, _) => panic!("expected an EXECUTE_COMMAND record, got {other:?}"),
     }
 }
 
 /// The details' keys in on-disk order.
-pub fn detail_keys(outcome: &Outcome) -> Vec<String> {
+pub fn detail_keys(outcome: &CommandOutcome) -> Vec<String> {
     match &outcome.audit {
-        Audit::Operation { details, .. } => details.0.iter().map(|(k, _)| k.clone()).collect(),
+        Audit::Command { details, .. } => details.0.iter().map(|(k, _)| k.clone()).collect(),
         other => panic!("expected an EXECUTE_COMMAND record, got {other:?}"),
     }
 }
 
-pub fn env_keys(outcome: &Outcome) -> Vec<String> {
+pub fn env_keys(outcome: &CommandOutcome) -> Vec<String> {
     let (details, _) = record(outcome);
     details["env_keys"]
         .as_array()
