@@ -844,13 +844,7 @@ fn deadline(home: &Home) {
         let result = conn.wait_response(&id, WAIT).unwrap();
         assert_eq!(result["payload"]["timed_out"], true, "{result}");
         assert_eq!(result["payload"]["stdout"], "partial\n", "{result}");
-        let arrived = conn
-            .raw_frames()
-            .into_iter()
-            .filter(|f| f.kind == RawKind::Text)
-            .find(|f| f.text().is_some_and(|t| t.contains(&id)))
-            .unwrap()
-            .at;
+        let arrived = conn.arrival_of(&id).unwrap();
         margins.push((deadline.as_secs_f64() - (arrived - sent).as_secs_f64()) * 1e3);
     }
     margins.sort_by(f64::total_cmp);

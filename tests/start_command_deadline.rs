@@ -10,7 +10,7 @@ mod start_support;
 
 use std::time::{Duration, Instant};
 
-use autogpt_shim_emulator::{Conn, HelloAck, RawKind};
+use autogpt_shim_emulator::{Conn, HelloAck};
 use serde_json::{Value, json};
 use start_support::*;
 
@@ -40,13 +40,7 @@ fn timed_command(conn: &Conn, payload: Value) -> (Value, Duration) {
     let sent = Instant::now();
     let id = conn.request("EXECUTE_COMMAND", payload).unwrap();
     let result = response_within(conn, &id, WAIT);
-    let arrived = conn
-        .raw_frames()
-        .into_iter()
-        .filter(|f| f.kind == RawKind::Text)
-        .find(|f| f.text().is_some_and(|t| t.contains(&id)))
-        .unwrap()
-        .at;
+    let arrived = conn.arrival_of(&id).unwrap();
     (result, arrived - sent)
 }
 

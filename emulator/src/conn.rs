@@ -545,6 +545,18 @@ impl Conn {
         self.shared.lock().raw.clone()
     }
 
+    /// When the first text message that names `id` was read: the arrival
+    /// of the answer to the request with that id, which a test times.
+    pub fn arrival_of(&self, id: &str) -> Option<Instant> {
+        self.shared
+            .lock()
+            .raw
+            .iter()
+            .filter(|f| f.kind == RawKind::Text)
+            .find(|f| f.text().is_some_and(|t| t.contains(id)))
+            .map(|f| f.at)
+    }
+
     /// The HELLO accepted on this connection by [`Conn::expect_hello`] or the
     /// automatic handshake.
     pub fn hello(&self) -> Option<Value> {
