@@ -109,6 +109,14 @@ fn session_root_with_characters_the_platform_refuses_is_refused_before_connectin
     }
 }
 
+/// `reply` refuses a folder because the platform would refuse its path.
+fn assert_refused_as_unsendable(reply: &serde_json::Value) {
+    assert_eq!(reply["type"], "ERROR", "{reply}");
+    assert_eq!(reply["payload"]["code"], "DIRECTORY_UNAVAILABLE", "{reply}");
+    let message = reply["payload"]["message"].as_str().unwrap();
+    assert!(message.contains("<, > or a control character"), "{message}");
+}
+
 #[test]
 fn a_folder_whose_path_the_platform_refuses_cannot_be_attached_to_a_chat() {
     let home = Home::new();
@@ -125,10 +133,7 @@ fn a_folder_whose_path_the_platform_refuses_cannot_be_attached_to_a_chat() {
             WAIT,
         )
         .unwrap();
-    assert_eq!(reply["type"], "ERROR", "{reply}");
-    assert_eq!(reply["payload"]["code"], "DIRECTORY_UNAVAILABLE", "{reply}");
-    let message = reply["payload"]["message"].as_str().unwrap();
-    assert!(message.contains("<, > or a control character"), "{message}");
+    assert_refused_as_unsendable(&reply);
     shim.signal(Signal::TERM);
     assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
     assert_eq!(emulator.attempts().len(), 1, "only the control connection");
@@ -172,10 +177,7 @@ fn a_grant_for_a_folder_whose_path_the_platform_refuses_is_not_restored() {
             WAIT,
         )
         .unwrap();
-    assert_eq!(reply["type"], "ERROR", "{reply}");
-    assert_eq!(reply["payload"]["code"], "DIRECTORY_UNAVAILABLE", "{reply}");
-    let message = reply["payload"]["message"].as_str().unwrap();
-    assert!(message.contains("<, > or a control character"), "{message}");
+    assert_refused_as_unsendable(&reply);
     std::thread::sleep(GRACE);
     assert_eq!(
         emulator.attempts().len(),

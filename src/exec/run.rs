@@ -144,7 +144,8 @@ impl Schedule {
         let left = self
             .result_by
             .map_or(GRACE, |end| end.saturating_duration_since(now));
-        now + GRACE.min(left).max(self.wait.min(GRACE))
+        // `wait` is never longer than the grace.
+        now + GRACE.min(left).max(self.wait)
     }
 }
 
