@@ -1,36 +1,32 @@
-//! Calendar arithmetic and the time stamps the audit log writes, without libc
-//! and without date crates.
+//! Calendar arithmetic and the time stamps the audit log writes: civil dates
+//! for every `i64` instant ([`days_from_civil`], [`civil_utc`]), the
+//! `YYYYMMDD-HHMMSS` local stamp of rotated and exported file names, the UTC
+//! `exported_at` stamp, and finding the local zone the way the C library does
+//! (`TZ`, else `/etc/localtime`) with a bounded read of the zone file.
 //!
-//! This module owns:
+//! The zone rules (TZif data, RFC 8536, and POSIX TZ strings) are parsed and
+//! evaluated by `jiff`; this module only decides which bytes to hand it. It
+//! never reads the system clock (callers pass the instant), never writes and
+//! never fails: when the zone cannot be loaded, local time is UTC and
+//! [`LocalZone::source`] says why. Files over [`MAX_TZIF_BYTES`] are refused
+//! unread.
 //!
-//! * the proleptic Gregorian conversion between days since 1970-01-01 and
-//!   civil dates ([`days_from_civil`], [`civil_utc`]), valid for negative
-//!   instants too;
-//! * the two stamp formats of AUDIT.md: `YYYYMMDD-HHMMSS` in local time for
-//!   rotated file names and export archive names (§9.2, §11.4), and
-//!   `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` in UTC for `exported_at` (§11.4);
-//! * the local UTC offset, found the way the C library finds it (`TZ`, else
-//!   `/etc/localtime`) and read from the TZif database (RFC 8536) or from a
-//!   POSIX TZ string.
-//!
-//! It never reads the system clock (callers pass the instant, which keeps
-//! everything here testable), never calls into libc, never writes anything
-//! and never fails: when the zone cannot be loaded, local time is UTC and
-//! [`LocalZone::is_utc_fallback`] / [`LocalZone::source`] say why, so the
-//! caller can log it once. Malformed zone data is an error value, never a
-//! panic; files larger than [`MAX_TZIF_BYTES`] are refused unread.
-//!
-//! Known limits, all deliberate: leap-second records (the `right/` zones) are
-//! skipped, so such zones are off by the accumulated leap seconds; there is
-//! no zoneinfo database on Windows, so local time there is UTC (reported as a
-//! fallback); years outside 0..=9999 print with more digits or a sign.
+//! Deliberate limits: leap-second records (the `right/` zones) are ignored;
+//! Windows has no zoneinfo database, so local time there is UTC (reported as
+//! a fallback); instants beyond the years ±9999 take the offset of the
+//! nearest instant within them; years outside 0..=9999 print with more
+//! digits or a sign.
 
 use std::ffi::OsStr;
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+use crate::config::{SmallFileError, read_small_file};
 
 /// Largest zone file read. Real TZif files are a few KiB; the bound keeps a
 /// hostile `TZ=/some/huge/file` from costing memory.
@@ -48,30 +44,17 @@ const MICROS_PER_SEC: i64 = 1_000_000;
 const EPOCH_SHIFT_DAYS: i64 = 719_468;
 const DAYS_PER_400_YEARS: i64 = 146_097;
 
-/// UTC offsets accepted from zone data: RFC 8536 §3.2 says `utoff` should be
-/// more than -25 hours and less than 26 hours. Anything outside is treated
-/// as malformed, which also keeps all offset arithmetic far from overflow.
-const MIN_UTOFF: i32 = -89_999;
-const MAX_UTOFF: i32 = 93_599;
-
-// ---- civil dates -------------------------------------------------------------
-
 /// A broken-down time: a proleptic Gregorian date and a time of day.
+/// `year` is astronomical (0 is 1 BC); the other fields are in their usual
+/// ranges, `second` 0..=59 (Unix time has no leap seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Civil {
-    /// Astronomical year numbering: year 0 is 1 BC, -1 is 2 BC.
     pub year: i64,
-    /// 1..=12.
     pub month: u8,
-    /// 1..=31.
     pub day: u8,
-    /// 0..=23.
     pub hour: u8,
-    /// 0..=59.
     pub minute: u8,
-    /// 0..=59 (there are no leap seconds in Unix time).
     pub second: u8,
-    /// 0..=999_999.
     pub micros: u32,
 }
 
@@ -110,15 +93,6 @@ fn civil_from_days(days: i64) -> (i64, u8, u8) {
     (year, month as u8, day as u8)
 }
 
-/// Day of the week, 0 = Sunday. 1970-01-01 was a Thursday.
-fn weekday(days: i64) -> i64 {
-    (days + 4).rem_euclid(7)
-}
-
-fn is_leap_year(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
 fn civil_from_seconds(secs: i64, micros: u32) -> Civil {
     let (year, month, day) = civil_from_days(secs.div_euclid(SECS_PER_DAY));
     let sod = secs.rem_euclid(SECS_PER_DAY); // 0..=86_399
@@ -143,8 +117,8 @@ pub fn civil_utc(unix_micros: i64) -> Civil {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` in UTC, always with six fraction
-/// digits (AUDIT.md §11.4 `exported_at`; readers accept it with or without
-/// the fraction, so the fixed width is the simpler choice).
+/// digits (the export manifest's `exported_at`; readers accept it with or
+/// without the fraction, so the fixed width is the simpler choice).
 pub fn utc_iso_micros(unix_micros: i64) -> String {
     let c = civil_utc(unix_micros);
     format!(
@@ -160,8 +134,6 @@ pub fn compact_stamp(c: &Civil) -> String {
         c.year, c.month, c.day, c.hour, c.minute, c.second
     )
 }
-
-// ---- the process-wide local zone ---------------------------------------------
 
 /// The local zone of this process, loaded on first use from `TZ` /
 /// `/etc/localtime` and kept for the life of the process (the C library
@@ -183,29 +155,23 @@ pub fn local_time_source() -> &'static str {
     local_zone().source()
 }
 
-/// `YYYYMMDD-HHMMSS` in local time (AUDIT.md §9.2 rotated names, §11.4
-/// default export name).
+/// `YYYYMMDD-HHMMSS` in local time (rotated audit file names, the default
+/// export archive name).
 pub fn local_stamp(unix_seconds: i64) -> String {
     local_zone().stamp(unix_seconds)
 }
 
-// ---- zones -------------------------------------------------------------------
-
-/// Why a zone could not be loaded.
+/// Why a zone could not be loaded: the file is unreadable, not a regular
+/// file (directory, FIFO, …), over [`MAX_TZIF_BYTES`], named with `..`, not
+/// TZif data (the text says why), or the string is no POSIX TZ string.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ZoneError {
-    /// The file could not be opened or read.
     Io(io::Error),
-    /// The path names a directory, device, FIFO, ….
     NotAFile,
-    /// The file is larger than [`MAX_TZIF_BYTES`].
     TooLarge,
-    /// The zone name tries to leave the zoneinfo directory (`..`).
     BadName,
-    /// The bytes are not valid TZif data.
-    Malformed(&'static str),
-    /// The string is not a POSIX TZ string this module understands.
+    Malformed(String),
     BadPosixTz,
 }
 
@@ -222,43 +188,28 @@ impl fmt::Display for ZoneError {
     }
 }
 
-impl std::error::Error for ZoneError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+impl std::error::Error for ZoneError {}
 
 /// A time zone: how to get from an instant to its UTC offset.
 #[derive(Debug, Clone)]
 pub struct LocalZone {
-    rules: Rules,
+    rules: TimeZone,
     source: String,
     utc_fallback: bool,
 }
 
-#[derive(Debug, Clone)]
-enum Rules {
-    Utc,
-    Tzif(Tzif),
-    Posix(PosixTz),
-}
-
 impl LocalZone {
-    /// Plain UTC, on purpose (not a fallback).
-    pub fn utc() -> Self {
+    fn named(rules: TimeZone, source: String) -> Self {
         Self {
-            rules: Rules::Utc,
-            source: "UTC".to_owned(),
+            rules,
+            source,
             utc_fallback: false,
         }
     }
 
     fn fallback(reason: String) -> Self {
         Self {
-            rules: Rules::Utc,
+            rules: TimeZone::UTC,
             source: format!("using UTC: {reason}"),
             utc_fallback: true,
         }
@@ -270,23 +221,18 @@ impl LocalZone {
     }
 
     /// The zone a given value of `TZ` selects (`None`: unset), resolved as
-    /// the C library does, minus locale and `TZDIR` niceties:
-    ///
-    /// * unset → `/etc/localtime`;
-    /// * empty, `:`, `UTC` or `UTC0` → UTC;
-    /// * `:/path` or `/path` → that TZif file;
-    /// * `:Name` or `Name` → `/usr/share/zoneinfo/Name`;
-    /// * otherwise (no such file, and no leading `:`) → the value as a POSIX
-    ///   TZ string such as `CET-1CEST,M3.5.0,M10.5.0/3`.
+    /// the C library does, minus locale and `TZDIR` niceties: unset →
+    /// `/etc/localtime`; empty, `:`, `UTC` or `UTC0` → UTC; `:/path` or
+    /// `/path` → that TZif file; `:Name` or `Name` →
+    /// `/usr/share/zoneinfo/Name`; otherwise (no such file, and no leading
+    /// `:`) → the value as a POSIX TZ string (`CET-1CEST,M3.5.0,M10.5.0/3`).
     ///
     /// Never fails: anything that does not work out is UTC with
     /// [`is_utc_fallback`](Self::is_utc_fallback) set.
     pub fn from_tz_var(tz: Option<&OsStr>) -> Self {
         let Some(tz) = tz else {
-            return match Self::from_file(Path::new(LOCALTIME_PATH)) {
-                Ok(zone) => zone,
-                Err(e) => Self::fallback(format!("{LOCALTIME_PATH} {e}")),
-            };
+            return Self::from_file(Path::new(LOCALTIME_PATH))
+                .unwrap_or_else(|e| Self::fallback(format!("{LOCALTIME_PATH} {e}")));
         };
         let Some(value) = tz.to_str() else {
             return Self::fallback("TZ is not valid UTF-8".to_owned());
@@ -296,20 +242,12 @@ impl LocalZone {
             None => (false, value),
         };
         if name.is_empty() || name == "UTC" || name == "UTC0" {
-            return Self {
-                rules: Rules::Utc,
-                source: format!("TZ={value:?} (UTC)"),
-                utc_fallback: false,
-            };
+            return Self::named(TimeZone::UTC, format!("TZ={value:?} (UTC)"));
         }
-        let absolute = name.starts_with('/');
         let file_error = match resolve_zone_name(name) {
             Ok(path) => match Self::from_file(&path) {
                 Ok(zone) => {
-                    return Self {
-                        source: format!("TZ={value:?} ({})", path.display()),
-                        ..zone
-                    };
+                    return Self::named(zone.rules, format!("TZ={value:?} ({})", path.display()));
                 }
                 Err(e) => format!("{} {e}", path.display()),
             },
@@ -317,12 +255,9 @@ impl LocalZone {
         };
         // Like the C library: a value that names no file may be a rule
         // string; a leading ':' or '/' says it is a file name.
-        if !explicit_file && !absolute {
+        if !explicit_file && !name.starts_with('/') {
             if let Ok(zone) = Self::from_posix_tz(name) {
-                return Self {
-                    source: format!("TZ={value:?} (POSIX TZ string)"),
-                    ..zone
-                };
+                return Self::named(zone.rules, format!("TZ={value:?} (POSIX TZ string)"));
             }
         }
         Self::fallback(format!("TZ={value:?}: {file_error}"))
@@ -330,37 +265,44 @@ impl LocalZone {
 
     /// A zone from a TZif file, read with a size bound.
     pub fn from_file(path: &Path) -> Result<Self, ZoneError> {
-        let bytes = read_bounded(path)?;
+        let bytes = read_small_file(path, MAX_TZIF_BYTES).map_err(|e| match e {
+            SmallFileError::TooLarge(_) => ZoneError::TooLarge,
+            // The one refusal `open_regular_file` makes itself.
+            SmallFileError::Io(e) if e.kind() == io::ErrorKind::InvalidInput => ZoneError::NotAFile,
+            SmallFileError::Io(e) => ZoneError::Io(e),
+        })?;
         Self::from_tzif(&bytes, &path.display().to_string())
     }
 
     /// A zone from TZif bytes (RFC 8536, versions 1 to 4); `source` is what
     /// [`source`](Self::source) reports.
     pub fn from_tzif(bytes: &[u8], source: &str) -> Result<Self, ZoneError> {
-        Ok(Self {
-            rules: Rules::Tzif(Tzif::parse(bytes)?),
-            source: source.to_owned(),
-            utc_fallback: false,
-        })
+        let rules =
+            TimeZone::tzif(source, bytes).map_err(|e| ZoneError::Malformed(e.to_string()))?;
+        Ok(Self::named(rules, source.to_owned()))
     }
 
     /// A zone from a POSIX TZ string such as `EST5EDT,M3.2.0,M11.1.0`.
+    /// Daylight time named without rules (`EST5EDT`) follows the tz code's
+    /// default, the United States rules since 2007.
     pub fn from_posix_tz(spec: &str) -> Result<Self, ZoneError> {
-        let rules = PosixTz::parse(spec).ok_or(ZoneError::BadPosixTz)?;
-        Ok(Self {
-            rules: Rules::Posix(rules),
-            source: spec.to_owned(),
-            utc_fallback: false,
-        })
+        let rules = TimeZone::posix(spec)
+            .or_else(|e| match spec.contains(',') {
+                true => Err(e),
+                false => TimeZone::posix(&format!("{spec},M3.2.0,M11.1.0")),
+            })
+            .map_err(|_| ZoneError::BadPosixTz)?;
+        Ok(Self::named(rules, spec.to_owned()))
     }
 
     /// The UTC offset, in seconds east of UTC, in effect at an instant.
     pub fn offset_at(&self, unix_seconds: i64) -> i32 {
-        match &self.rules {
-            Rules::Utc => 0,
-            Rules::Tzif(tzif) => tzif.offset_at(unix_seconds),
-            Rules::Posix(posix) => posix.offset_at(unix_seconds),
-        }
+        // The rules are evaluated within the years jiff represents; beyond
+        // them the offset of the nearest representable instant stands.
+        let clamped = unix_seconds.clamp(Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
+        Timestamp::from_second(clamped)
+            .map(|t| self.rules.to_offset(t).seconds())
+            .unwrap_or(0)
     }
 
     /// The local civil time of an instant (seconds since the epoch).
@@ -401,581 +343,4 @@ fn resolve_zone_name(name: &str) -> Result<PathBuf, ZoneError> {
         return Err(ZoneError::BadName);
     }
     Ok(Path::new(ZONEINFO_DIR).join(path))
-}
-
-/// Reads a whole file of at most [`MAX_TZIF_BYTES`] bytes.
-fn read_bounded(path: &Path) -> Result<Vec<u8>, ZoneError> {
-    // Check the type before opening: opening a FIFO would block until a
-    // writer shows up.
-    let meta = std::fs::metadata(path).map_err(ZoneError::Io)?;
-    if !meta.is_file() {
-        return Err(ZoneError::NotAFile);
-    }
-    if meta.len() > MAX_TZIF_BYTES {
-        return Err(ZoneError::TooLarge);
-    }
-    let file = File::open(path).map_err(ZoneError::Io)?;
-    let mut bytes = Vec::new();
-    // The file may have grown since the stat: read one byte more than
-    // allowed to notice.
-    file.take(MAX_TZIF_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(ZoneError::Io)?;
-    if bytes.len() as u64 > MAX_TZIF_BYTES {
-        return Err(ZoneError::TooLarge);
-    }
-    Ok(bytes)
-}
-
-// ---- TZif (RFC 8536) ---------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LocalTimeType {
-    utoff: i32,
-    is_dst: bool,
-}
-
-#[derive(Debug, Clone)]
-struct Tzif {
-    /// Strictly ascending transition instants.
-    transitions: Vec<i64>,
-    /// For each transition, an index into `types` (checked at parse time).
-    transition_types: Vec<u8>,
-    /// Never empty.
-    types: Vec<LocalTimeType>,
-    /// The type in effect before the first transition.
-    initial_type: usize,
-    /// Rules for instants after the last transition (v2+ footer).
-    footer: Option<PosixTz>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Header {
-    version: u8,
-    isutcnt: usize,
-    isstdcnt: usize,
-    leapcnt: usize,
-    timecnt: usize,
-    typecnt: usize,
-    charcnt: usize,
-}
-
-impl Header {
-    /// Bytes of the data block that follows this header; `None` on
-    /// overflow (which no file under the size bound can have).
-    fn block_len(&self, time_size: usize) -> Option<usize> {
-        let parts = [
-            self.timecnt.checked_mul(time_size)?,
-            self.timecnt,
-            self.typecnt.checked_mul(6)?,
-            self.charcnt,
-            self.leapcnt.checked_mul(time_size + 4)?,
-            self.isstdcnt,
-            self.isutcnt,
-        ];
-        parts.iter().try_fold(0usize, |sum, &p| sum.checked_add(p))
-    }
-}
-
-/// A cursor over untrusted bytes: every read is bounds-checked.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ZoneError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&end| end <= self.bytes.len())
-            .ok_or(ZoneError::Malformed("truncated"))?;
-        let out = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], ZoneError> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> Result<u8, ZoneError> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, ZoneError> {
-        Ok(u32::from_be_bytes(self.array()?))
-    }
-
-    fn i32(&mut self) -> Result<i32, ZoneError> {
-        Ok(i32::from_be_bytes(self.array()?))
-    }
-
-    fn i64(&mut self) -> Result<i64, ZoneError> {
-        Ok(i64::from_be_bytes(self.array()?))
-    }
-
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
-
-    fn header(&mut self) -> Result<Header, ZoneError> {
-        if self.take(4)? != b"TZif" {
-            return Err(ZoneError::Malformed("bad magic"));
-        }
-        let version = self.u8()?;
-        self.take(15)?; // reserved
-        // u32 always fits usize on the platforms this crate supports; a
-        // count that did not would fail the length check anyway.
-        let mut count = || -> Result<usize, ZoneError> {
-            usize::try_from(self.u32()?).map_err(|_| ZoneError::Malformed("count too large"))
-        };
-        Ok(Header {
-            version,
-            isutcnt: count()?,
-            isstdcnt: count()?,
-            leapcnt: count()?,
-            timecnt: count()?,
-            typecnt: count()?,
-            charcnt: count()?,
-        })
-    }
-
-    fn skip_block(&mut self, header: &Header, time_size: usize) -> Result<(), ZoneError> {
-        let len = header
-            .block_len(time_size)
-            .ok_or(ZoneError::Malformed("counts overflow"))?;
-        self.take(len)?;
-        Ok(())
-    }
-}
-
-impl Tzif {
-    fn parse(bytes: &[u8]) -> Result<Self, ZoneError> {
-        let mut r = Reader { bytes, pos: 0 };
-        let v1 = r.header()?;
-        if v1.version == 0 {
-            return Self::data_block(&mut r, &v1, 4);
-        }
-        // Version 2 and later repeat everything with 64-bit times and add a
-        // footer; the 32-bit block is skipped unchecked (zic's "slim" output
-        // leaves it nearly empty).
-        r.skip_block(&v1, 4)?;
-        let v2 = r.header()?;
-        let mut tzif = Self::data_block(&mut r, &v2, 8)?;
-        tzif.footer = footer(&mut r);
-        Ok(tzif)
-    }
-
-    fn data_block(r: &mut Reader<'_>, h: &Header, time_size: usize) -> Result<Self, ZoneError> {
-        // Check the whole block is present before allocating anything, so
-        // forged counts cannot make us reserve more than the file's size.
-        let len = h
-            .block_len(time_size)
-            .ok_or(ZoneError::Malformed("counts overflow"))?;
-        if len > r.remaining() {
-            return Err(ZoneError::Malformed("truncated"));
-        }
-        if h.typecnt == 0 {
-            return Err(ZoneError::Malformed("no local time types"));
-        }
-        if h.typecnt > 256 {
-            return Err(ZoneError::Malformed("more than 256 local time types"));
-        }
-
-        let mut transitions = Vec::with_capacity(h.timecnt);
-        for _ in 0..h.timecnt {
-            let t = if time_size == 4 {
-                i64::from(r.i32()?)
-            } else {
-                r.i64()?
-            };
-            if transitions.last().is_some_and(|&prev| prev >= t) {
-                return Err(ZoneError::Malformed("transitions not ascending"));
-            }
-            transitions.push(t);
-        }
-        let transition_types = r.take(h.timecnt)?.to_vec();
-        if transition_types
-            .iter()
-            .any(|&i| usize::from(i) >= h.typecnt)
-        {
-            return Err(ZoneError::Malformed("transition type index out of range"));
-        }
-        let mut types = Vec::with_capacity(h.typecnt);
-        for _ in 0..h.typecnt {
-            let utoff = r.i32()?;
-            let is_dst = match r.u8()? {
-                0 => false,
-                1 => true,
-                _ => return Err(ZoneError::Malformed("isdst is not 0 or 1")),
-            };
-            let _designation_index = r.u8()?;
-            if !(MIN_UTOFF..=MAX_UTOFF).contains(&utoff) {
-                return Err(ZoneError::Malformed("UTC offset out of range"));
-            }
-            types.push(LocalTimeType { utoff, is_dst });
-        }
-        // Designations, leap seconds and the standard/UT indicators do not
-        // affect the offset.
-        r.take(h.charcnt)?;
-        r.take(h.leapcnt * (time_size + 4))?;
-        r.take(h.isstdcnt)?;
-        r.take(h.isutcnt)?;
-
-        let initial_type = initial_type(&types);
-        Ok(Self {
-            transitions,
-            transition_types,
-            types,
-            initial_type,
-            footer: None,
-        })
-    }
-
-    fn type_offset(&self, index: usize) -> i32 {
-        // Indices are checked at parse time; the fallback is unreachable.
-        self.types.get(index).map_or(0, |t| t.utoff)
-    }
-
-    fn offset_at(&self, t: i64) -> i32 {
-        let last = self.transitions.last().copied();
-        // After the last transition (or with none at all) the footer rules,
-        // when there are usable ones, describe local time (RFC 8536 §3.3).
-        if last.is_none_or(|last| t > last) {
-            if let Some(footer) = &self.footer {
-                return footer.offset_at(t);
-            }
-        }
-        // Number of transitions at or before t: a transition takes effect
-        // at its own instant.
-        let passed = self.transitions.partition_point(|&x| x <= t);
-        match passed.checked_sub(1) {
-            None => self.type_offset(self.initial_type),
-            Some(i) => self.type_offset(usize::from(self.transition_types[i])),
-        }
-    }
-}
-
-/// The type for instants before the first transition. RFC 8536 §3.2 says
-/// type 0, and zic always puts the right one there; for files that put a
-/// DST type first, fall back to the first standard-time type, as the tz
-/// project's `localtime.c` has long done.
-fn initial_type(types: &[LocalTimeType]) -> usize {
-    if types.first().is_some_and(|t| !t.is_dst) {
-        return 0;
-    }
-    types.iter().position(|t| !t.is_dst).unwrap_or(0)
-}
-
-/// The v2+ footer: `\n<POSIX TZ string>\n`. A missing, empty or unparsable
-/// footer is no error: the transitions are still good, and after the last
-/// one its type stays in effect.
-fn footer(r: &mut Reader<'_>) -> Option<PosixTz> {
-    let rest = r.take(r.remaining()).ok()?;
-    let body = rest.strip_prefix(b"\n")?;
-    let end = body.iter().position(|&b| b == b'\n')?;
-    let spec = std::str::from_utf8(&body[..end]).ok()?;
-    PosixTz::parse(spec)
-}
-
-// ---- POSIX TZ strings ----------------------------------------------------------
-
-/// `std offset [dst [offset] [,start[/time],end[/time]]]` (POSIX, with the
-/// RFC 8536 §3.3.1 extensions: hours up to 167 and negative rule times).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PosixTz {
-    /// Seconds east of UTC (POSIX writes west-positive; stored negated).
-    std_utoff: i32,
-    dst: Option<DstRules>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DstRules {
-    dst_utoff: i32,
-    start: RuleDate,
-    /// Seconds after local midnight (standard time) of `start`.
-    start_time: i32,
-    end: RuleDate,
-    /// Seconds after local midnight (daylight time) of `end`.
-    end_time: i32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RuleDate {
-    /// `Jn`: day 1..=365, February 29 never counted.
-    JulianNoLeap(u16),
-    /// `n`: day 0..=365, February 29 counted in leap years.
-    ZeroBased(u16),
-    /// `Mm.w.d`: weekday `d` (0 = Sunday) of week `w` (5 = last) of month `m`.
-    MonthWeekDay { month: u8, week: u8, weekday: u8 },
-}
-
-/// 400 Gregorian years, in seconds: the calendar, weekdays included, repeats
-/// with this period.
-const CYCLE_SECS: i64 = DAYS_PER_400_YEARS * SECS_PER_DAY;
-
-impl PosixTz {
-    fn parse(spec: &str) -> Option<Self> {
-        let mut p = TzParser {
-            bytes: spec.as_bytes(),
-            pos: 0,
-        };
-        p.name()?;
-        let std_utoff = -p.hms(24)?;
-        if p.at_end() {
-            return Some(Self {
-                std_utoff,
-                dst: None,
-            });
-        }
-        p.name()?;
-        let dst_utoff = if p.at_end() || p.peek() == Some(b',') {
-            // POSIX: the default daylight offset is one hour ahead.
-            std_utoff + 3600
-        } else {
-            -p.hms(24)?
-        };
-        let (start, start_time, end, end_time) = if p.at_end() {
-            // No rules given: the default of the tz code and the C library
-            // (US rules since 2007).
-            (
-                RuleDate::MonthWeekDay {
-                    month: 3,
-                    week: 2,
-                    weekday: 0,
-                },
-                7200,
-                RuleDate::MonthWeekDay {
-                    month: 11,
-                    week: 1,
-                    weekday: 0,
-                },
-                7200,
-            )
-        } else {
-            p.expect(b',')?;
-            let (start, start_time) = p.rule()?;
-            p.expect(b',')?;
-            let (end, end_time) = p.rule()?;
-            (start, start_time, end, end_time)
-        };
-        if !p.at_end() {
-            return None;
-        }
-        for utoff in [std_utoff, dst_utoff] {
-            if !(MIN_UTOFF..=MAX_UTOFF).contains(&utoff) {
-                return None;
-            }
-        }
-        Some(Self {
-            std_utoff,
-            dst: Some(DstRules {
-                dst_utoff,
-                start,
-                start_time,
-                end,
-                end_time,
-            }),
-        })
-    }
-
-    fn offset_at(&self, t: i64) -> i32 {
-        let Some(rules) = &self.dst else {
-            return self.std_utoff;
-        };
-        // The rules give the same answer for t and t + k·400 years; folding
-        // t into one cycle keeps every step below far from overflow.
-        let t = t.rem_euclid(CYCLE_SECS);
-        let local_std = t + i64::from(self.std_utoff);
-        let (year, _, _) = civil_from_days(local_std.div_euclid(SECS_PER_DAY));
-        // Each change happens at a local wall-clock time, read on the clock
-        // in effect just before it.
-        let start = rule_day(year, rules.start) * SECS_PER_DAY + i64::from(rules.start_time)
-            - i64::from(self.std_utoff);
-        let end = rule_day(year, rules.end) * SECS_PER_DAY + i64::from(rules.end_time)
-            - i64::from(rules.dst_utoff);
-        let in_dst = if start <= end {
-            // Northern hemisphere: daylight time inside the year.
-            start <= t && t < end
-        } else {
-            // Southern hemisphere: daylight time across the new year.
-            !(end <= t && t < start)
-        };
-        if in_dst {
-            rules.dst_utoff
-        } else {
-            self.std_utoff
-        }
-    }
-}
-
-/// Days since the epoch of the local date a rule names in `year`.
-fn rule_day(year: i64, date: RuleDate) -> i64 {
-    let jan1 = days_from_civil(year, 1, 1);
-    match date {
-        RuleDate::JulianNoLeap(n) => {
-            let n = i64::from(n);
-            jan1 + n - 1 + i64::from(is_leap_year(year) && n >= 60)
-        }
-        RuleDate::ZeroBased(n) => jan1 + i64::from(n),
-        RuleDate::MonthWeekDay {
-            month,
-            week,
-            weekday: wd,
-        } => {
-            let first = days_from_civil(year, month, 1);
-            let next_month = if month == 12 {
-                days_from_civil(year + 1, 1, 1)
-            } else {
-                days_from_civil(year, month + 1, 1)
-            };
-            let first_match = first + (i64::from(wd) - weekday(first)).rem_euclid(7);
-            let mut day = first_match + 7 * (i64::from(week) - 1);
-            // Week 5 means "the last one", which may be the fourth.
-            while day >= next_month {
-                day -= 7;
-            }
-            day
-        }
-    }
-}
-
-struct TzParser<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl TzParser<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    fn at_end(&self) -> bool {
-        self.pos >= self.bytes.len()
-    }
-
-    fn expect(&mut self, b: u8) -> Option<()> {
-        if self.peek() == Some(b) {
-            self.pos += 1;
-            Some(())
-        } else {
-            None
-        }
-    }
-
-    /// A zone abbreviation: three or more letters, or `<...>` with letters,
-    /// digits, '+' and '-' (for names like `<+1030>`).
-    fn name(&mut self) -> Option<()> {
-        let quoted = self.expect(b'<').is_some();
-        let start = self.pos;
-        while let Some(b) = self.peek() {
-            let ok = if quoted {
-                b.is_ascii_alphanumeric() || b == b'+' || b == b'-'
-            } else {
-                b.is_ascii_alphabetic()
-            };
-            if !ok {
-                break;
-            }
-            self.pos += 1;
-        }
-        let len = self.pos - start;
-        if quoted {
-            self.expect(b'>')?;
-        }
-        (len >= 3).then_some(())
-    }
-
-    /// Up to `max_digits` decimal digits (at least one), as a number.
-    fn number(&mut self, max_digits: usize) -> Option<i32> {
-        let start = self.pos;
-        let mut n: i32 = 0;
-        while let Some(b) = self.peek().filter(u8::is_ascii_digit) {
-            if self.pos - start == max_digits {
-                return None;
-            }
-            n = n * 10 + i32::from(b - b'0');
-            self.pos += 1;
-        }
-        (self.pos > start).then_some(n)
-    }
-
-    /// `[+-]hh[:mm[:ss]]` in seconds, hours up to `max_hours`.
-    fn hms(&mut self, max_hours: i32) -> Option<i32> {
-        let sign = match self.peek() {
-            Some(b'-') => {
-                self.pos += 1;
-                -1
-            }
-            Some(b'+') => {
-                self.pos += 1;
-                1
-            }
-            _ => 1,
-        };
-        let hours = self.number(3)?;
-        if hours > max_hours {
-            return None;
-        }
-        let mut secs = hours * 3600;
-        for unit in [60, 1] {
-            if self.expect(b':').is_none() {
-                break;
-            }
-            let n = self.number(2)?;
-            if n > 59 {
-                return None;
-            }
-            secs += n * unit;
-        }
-        Some(sign * secs)
-    }
-
-    /// `date[/time]`, the time defaulting to 02:00.
-    fn rule(&mut self) -> Option<(RuleDate, i32)> {
-        let date = match self.peek()? {
-            b'J' => {
-                self.pos += 1;
-                let n = self.number(3)?;
-                if !(1..=365).contains(&n) {
-                    return None;
-                }
-                RuleDate::JulianNoLeap(u16::try_from(n).ok()?)
-            }
-            b'M' => {
-                self.pos += 1;
-                let month = self.number(2)?;
-                self.expect(b'.')?;
-                let week = self.number(1)?;
-                self.expect(b'.')?;
-                let weekday = self.number(1)?;
-                if !(1..=12).contains(&month) || !(1..=5).contains(&week) || weekday > 6 {
-                    return None;
-                }
-                RuleDate::MonthWeekDay {
-                    month: u8::try_from(month).ok()?,
-                    week: u8::try_from(week).ok()?,
-                    weekday: u8::try_from(weekday).ok()?,
-                }
-            }
-            b'0'..=b'9' => {
-                let n = self.number(3)?;
-                if n > 365 {
-                    return None;
-                }
-                RuleDate::ZeroBased(u16::try_from(n).ok()?)
-            }
-            _ => return None,
-        };
-        let time = if self.expect(b'/').is_some() {
-            // RFC 8536 §3.3.1: rule times may be negative and up to 167 h.
-            self.hms(167)?
-        } else {
-            7200
-        };
-        Some((date, time))
-    }
 }

@@ -465,6 +465,14 @@ impl Running {
         } else {
             log.info("exec", containment);
         }
+        // Rotated audit file names are in local time: say once where it
+        // comes from, loudly when the zone could not be loaded.
+        let zone = crate::timefmt::local_zone();
+        if zone.is_utc_fallback() {
+            log.warn("daemon", format!("local time: {}", zone.source()));
+        } else {
+            log.debug("daemon", format!("local time: {}", zone.source()));
+        }
         // Workers build and free frames of up to 16 MiB on many threads.
         sys::return_large_allocations();
         let pool = WorkerThreads::new(WORKERS)

@@ -35,9 +35,9 @@ pub(crate) fn read(
         path: path.to_path_buf(),
         reason,
     };
-    let file = match open_regular_file(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
+    let bytes = match read_small_file(path, MAX_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(SmallFileError::Io(e)) if e.kind() == ErrorKind::NotFound => {
             if explicit {
                 warnings.push(ConfigWarning::ConfigFileMissing {
                     path: path.to_path_buf(),
@@ -47,13 +47,6 @@ pub(crate) fn read(
         }
         Err(e) => return Err(read_error(e.to_string())),
     };
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| read_error(e.to_string()))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(read_error(format!("larger than {MAX_FILE_BYTES} bytes")));
-    }
     let text = String::from_utf8(bytes).map_err(|_| read_error("not valid UTF-8".into()))?;
     let table = parse(&text).map_err(|message| ConfigError::Syntax {
         path: path.to_path_buf(),
@@ -76,10 +69,10 @@ pub(crate) fn read(
 
 /// Opens `path` for reading only if it is a regular file (following
 /// symlinks). Opening does not block on a FIFO, and a FIFO or device is
-/// refused instead of read: a configuration, id or CA file is never a
+/// refused instead of read: a configuration, id, CA or zone file is never a
 /// stream. The check is on the opened descriptor, so a file swapped after
 /// it cannot slip through.
-pub(crate) fn open_regular_file(path: &Path) -> std::io::Result<File> {
+fn open_regular_file(path: &Path) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -96,6 +89,39 @@ pub(crate) fn open_regular_file(path: &Path) -> std::io::Result<File> {
         ));
     }
     Ok(file)
+}
+
+/// Why [`read_small_file`] read nothing.
+#[derive(Debug)]
+pub(crate) enum SmallFileError {
+    /// Opening or reading failed, or the path is not a regular file.
+    Io(std::io::Error),
+    /// The file holds more than the bound, which is given.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for SmallFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Io(e) => e.fmt(f),
+            Self::TooLarge(max) => write!(f, "larger than {max} bytes"),
+        }
+    }
+}
+
+/// The whole content of the regular file at `path`, at most `max` bytes
+/// (see [`open_regular_file`]). One byte more than allowed is read, so a
+/// file that grew since it was opened is noticed rather than cut short.
+pub(crate) fn read_small_file(path: &Path, max: u64) -> Result<Vec<u8>, SmallFileError> {
+    let file = open_regular_file(path).map_err(SmallFileError::Io)?;
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(SmallFileError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(SmallFileError::TooLarge(max));
+    }
+    Ok(bytes)
 }
 
 /// Parses TOML text into its top-level table. The error is one line.

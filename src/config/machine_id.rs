@@ -8,11 +8,11 @@
 //! file is missing (or empty), and never fails detection because of a write.
 
 use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
-use super::file::open_regular_file;
+use super::file::read_small_file;
 use crate::protocol::hello_rules::{HelloField, MAX_MACHINE_ID_CHARS, is_machine_id_char};
 
 /// Id files are tiny; anything larger is not an id.
@@ -207,15 +207,7 @@ fn create_new(file: &Path, content: &str) -> std::io::Result<()> {
 /// The content of a small UTF-8 file; `None` when it cannot be read, is not
 /// UTF-8 or is too large to be an id.
 fn read_small_text(path: &Path) -> Option<String> {
-    let file = open_regular_file(path).ok()?;
-    let mut bytes = Vec::new();
-    file.take(MAX_ID_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    if bytes.len() as u64 > MAX_ID_FILE_BYTES {
-        return None;
-    }
-    String::from_utf8(bytes).ok()
+    String::from_utf8(read_small_file(path, MAX_ID_FILE_BYTES).ok()?).ok()
 }
 
 /// A random UUID version 4 in canonical lower-case form.

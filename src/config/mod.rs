@@ -30,7 +30,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use env::Environment;
 pub use error::{ConfigError, ConfigWarning, Source};
-pub(crate) use file::open_regular_file;
+pub(crate) use file::{SmallFileError, read_small_file};
 pub use layers::Overrides;
 pub use machine_id::{
     MachineIdSources, detect as detect_machine_id, format_linux_machine_id, linux_machine_id,

@@ -11,7 +11,7 @@
 //! through a [`ClientConnection`] by this module except the handshake itself.
 
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use super::error::{CaFileProblem, Stage, TransportError};
 use super::stream::Paced;
 use super::url::Host;
-use crate::config::open_regular_file;
+use crate::config::{SmallFileError, read_small_file};
 
 /// Largest `--ca-file` read (a full public root bundle is about 250 KiB).
 pub const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -46,14 +46,11 @@ pub fn load_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, Transpo
         path: path.to_owned(),
         problem,
     };
-    let mut bytes = Vec::new();
     // A FIFO or device would block start-up or never end: regular files only.
-    open_regular_file(path)
-        .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| ca_error(CaFileProblem::Unreadable(e)))?;
-    if bytes.len() as u64 > MAX_CA_FILE_BYTES {
-        return Err(ca_error(CaFileProblem::TooLarge(MAX_CA_FILE_BYTES)));
-    }
+    let bytes = read_small_file(path, MAX_CA_FILE_BYTES).map_err(|e| match e {
+        SmallFileError::Io(e) => ca_error(CaFileProblem::Unreadable(e)),
+        SmallFileError::TooLarge(max) => ca_error(CaFileProblem::TooLarge(max)),
+    })?;
     let certificates = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ca_error(CaFileProblem::Malformed(e.to_string())))?;
