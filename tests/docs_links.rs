@@ -325,9 +325,10 @@ fn every_configuration_key_is_documented_and_every_documented_key_exists() {
             !is_unknown_key(&load_with(home.path(), key, "1")),
             "{key} read from src/config/layers.rs is not a key"
         );
+        let row = format!("| `{key}` | `AUTOGPT_SHIM_{}`", key.to_ascii_uppercase());
         assert!(
-            documented.contains(key),
-            "docs/configuration.md has no row for {key}"
+            documented.contains(key) && page.contains(&row),
+            "docs/configuration.md has no row {row:?}"
         );
     }
     for key in &documented {
