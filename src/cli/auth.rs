@@ -8,14 +8,15 @@
 
 use std::io::Write;
 
-use super::{PROGRAM, load_config};
+use super::load_config;
 use crate::auth::browser;
 use crate::auth::callback::{CALLBACK_TIMEOUT, Callback, Listener};
 use crate::auth::oauth::{self, OAuthError};
 use crate::auth::pkce::Pkce;
 use crate::config::{Environment, Overrides};
 use crate::exit;
-use crate::secrets::{ErrorClass, SecretError, SecretStore};
+use crate::log::Log;
+use crate::secrets::{ErrorClass, SecretError};
 
 /// Runs `auth` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
@@ -24,15 +25,13 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         Err(code) => return code,
     };
     let env = Environment::from_process();
+    let log = Log::stderr(config.log_level);
     // The store first: a flow whose tokens could not be kept is wasted.
-    let selected = match SecretStore::select(&config.paths, &env) {
-        Ok(selected) => selected,
+    let store = match super::select_store_asking(&config, &env, &log, stderr) {
+        Ok(store) => store,
         Err(e) => return store_failure(&e, stderr),
     };
-    if let Some(warning) = &selected.warning {
-        say!(stderr, "{PROGRAM}: {warning}");
-    }
-    if let Err(e) = selected.store.tokens() {
+    if let Err(e) = store.tokens() {
         return store_failure(&e, stderr);
     }
     let connector = match super::connector(&config, &env, stderr) {
@@ -127,13 +126,13 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         );
         return exit::EX_PROTOCOL;
     };
-    if let Err(e) = selected.store.store_tokens(&refresh, &issued.access) {
+    if let Err(e) = store.store_tokens(&refresh, &issued.access) {
         return store_failure(&e, stderr);
     }
     say!(
         stdout,
         "Authentication succeeded. Tokens are stored in {}.",
-        selected.store.location()
+        store.location()
     );
     exit::SUCCESS
 }

@@ -21,6 +21,7 @@ macro_rules! say {
 mod args;
 mod audit;
 mod auth;
+mod prompt;
 mod revoke;
 mod start;
 mod status;
@@ -149,6 +150,32 @@ pub(crate) fn env_pairs(env: &crate::config::Environment) -> Vec<(OsString, OsSt
 
 /// The connector of a command that talks to the platform; an unusable CA
 /// file or proxy setting is a configuration error (exit 78).
+/// The secret store of `auth` and `start`: on a terminal the file store's
+/// passphrase may be typed when nothing else gives it. The fallback warning
+/// goes to `stderr`; the keychain's own error text (often a D-Bus message)
+/// only to a debug log line.
+pub(crate) fn select_store_asking(
+    config: &Config,
+    env: &crate::config::Environment,
+    log: &crate::log::Log,
+    stderr: &mut dyn Write,
+) -> Result<crate::secrets::SecretStore, crate::secrets::SecretError> {
+    use crate::secrets::{Keychain, SecretStore};
+    let selected = SecretStore::select_asking(
+        Keychain::probe(),
+        &config.paths,
+        env,
+        Some(&prompt::ask_passphrase),
+    )?;
+    if let Some(detail) = &selected.keychain_detail {
+        log.debug("secrets", format!("keychain probe: {detail}"));
+    }
+    if let Some(warning) = &selected.warning {
+        say!(stderr, "{PROGRAM}: {warning}");
+    }
+    Ok(selected.store)
+}
+
 pub(crate) fn connector(
     config: &Config,
     env: &crate::config::Environment,

@@ -790,13 +790,10 @@ fn open_audit(
     log: &Log,
     stderr: &mut dyn Write,
 ) -> Result<Opened, Refusal> {
-    let selected = SecretStore::select(&config.paths, env).map_err(|e| Refusal::secrets(&e))?;
-    if let Some(warning) = &selected.warning {
-        say!(stderr, "{PROGRAM}: {warning}");
-    }
+    let store =
+        super::select_store_asking(config, env, log, stderr).map_err(|e| Refusal::secrets(&e))?;
     let mut check = super::legacy_key_check(&config.audit_log_path);
-    let (key, origin, tokens) = selected
-        .store
+    let (key, origin, tokens) = store
         .secrets_for_start(&mut check)
         .map_err(|e| Refusal::secrets(&e))?;
     let machine_id = config.machine_id().map_err(Refusal::preflight)?.to_owned();
@@ -827,7 +824,7 @@ fn open_audit(
         );
     }
     Ok(Opened {
-        store: selected.store,
+        store,
         tokens,
         audit,
         thread,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::audit_key::{KeyLocation, KeyProblem};
 use super::container::{FormatProblem, PlaintextProblem};
-use super::keychain::{Account, KeychainError, KeychainErrorKind};
+use super::keychain::{Account, KeychainError, KeychainErrorKind, KeychainUnusable};
 use super::legacy::LegacyProblem;
 use super::secret::{Passphrase, PassphraseOrigin};
 
@@ -134,8 +134,11 @@ pub enum SecretError {
     /// be used ("no passphrase, no start").
     NoPassphrase {
         /// Why the keychain probe failed.
-        keychain: String,
+        keychain: KeychainUnusable,
     },
+    /// The passphrase was to be typed at a terminal, and was not: the
+    /// prompt was cancelled, ended, or could not be shown. Says which.
+    PassphrasePrompt(String),
     /// The passphrase file (`AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE`) or the
     /// systemd credential cannot be used. Nothing was read from it.
     PassphraseFile {
@@ -279,6 +282,7 @@ impl SecretError {
             | SecretError::LegacyKeyCheckFailed { .. }
             | SecretError::Randomness => ErrorClass::Unavailable,
             SecretError::NoPassphrase { .. }
+            | SecretError::PassphrasePrompt(_)
             | SecretError::PassphraseFile { .. }
             | SecretError::InsecurePermissions { .. }
             | SecretError::NotRegular { .. }
@@ -300,13 +304,16 @@ impl fmt::Display for SecretError {
         match self {
             SecretError::NoPassphrase { keychain } => write!(
                 f,
-                "no usable secret store: the OS keychain is unavailable ({keychain}) and no passphrase \
+                "no usable secret store: the OS keychain is unavailable ({}) and no passphrase \
                  is given; set {} to a private file holding the passphrase of the encrypted file store \
-                 (or pass it as the systemd credential {}, or set {}), or make the keychain available",
+                 (or pass it as the systemd credential {}, or set {}, or run the command on a terminal \
+                 to type it), or make the keychain available",
+                keychain.summary(),
                 Passphrase::FILE_VARIABLE,
                 Passphrase::CREDENTIAL,
                 Passphrase::VARIABLE
             ),
+            SecretError::PassphrasePrompt(why) => write!(f, "no passphrase was typed: {why}"),
             SecretError::PassphraseFile { path, problem } => {
                 write!(f, "cannot use the passphrase file {}: ", shown(path))?;
                 match problem {

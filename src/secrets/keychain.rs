@@ -136,12 +136,21 @@ impl fmt::Display for KeychainError {
 
 impl std::error::Error for KeychainError {}
 
-/// Why the keychain cannot be used (the probe of AUTH.md §8 failed). One
-/// line, for `doctor` and for the fallback warning.
+/// Why the keychain cannot be used (the probe of AUTH.md §8 failed).
+/// [`summary`](Self::summary) is what a person is told; `reason`, the
+/// platform's own error text (often a D-Bus message), is for debug logs and
+/// `doctor`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeychainUnusable {
     /// What the probe found, e.g. `no Secret Service on the session bus`.
     pub reason: String,
+}
+
+impl KeychainUnusable {
+    /// One plain line saying which keychain did not answer.
+    pub fn summary(&self) -> &'static str {
+        backend::UNAVAILABLE
+    }
 }
 
 impl fmt::Display for KeychainUnusable {
@@ -265,6 +274,8 @@ mod backend {
     use crate::secrets::secret::SecretString;
 
     pub(super) const NAME: &str = "Secret Service (D-Bus)";
+    pub(super) const UNAVAILABLE: &str =
+        "no Secret Service (GNOME Keyring, KWallet, ...) answers on the D-Bus session bus";
 
     /// A credential without a `target` attribute: `keyring` then searches
     /// every collection by `service` and `username` alone, which finds the
@@ -359,6 +370,7 @@ mod backend {
     use crate::secrets::secret::SecretString;
 
     pub(super) const NAME: &str = "macOS Keychain";
+    pub(super) const UNAVAILABLE: &str = "the macOS login keychain does not answer";
 
     fn entry(account: Account) -> Result<MacCredential, KeychainError> {
         // No target: the user (login) keychain, where the reference writes.
@@ -401,6 +413,7 @@ mod backend {
     use crate::secrets::secret::SecretString;
 
     pub(super) const NAME: &str = "Windows Credential Manager";
+    pub(super) const UNAVAILABLE: &str = "the Windows Credential Manager does not answer";
 
     /// A credential at an explicit target name (the crate's default naming
     /// is `<user>.<service>`, which the reference never reads).
@@ -514,6 +527,7 @@ mod backend {
     use crate::secrets::secret::SecretString;
 
     pub(super) const NAME: &str = "none";
+    pub(super) const UNAVAILABLE: &str = "this system has no keychain the shim supports";
 
     fn unsupported() -> KeychainError {
         KeychainError::new(

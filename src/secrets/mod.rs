@@ -27,7 +27,7 @@ pub mod legacy;
 pub mod passphrase;
 mod secret;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use audit_key::{KeyCheck, KeyLocation, KeyOrigin, KeyProblem};
 pub use error::{ErrorClass, IoStep, KeychainOp, Node, PassphraseFileProblem, SecretError};
@@ -77,7 +77,15 @@ pub struct Selected {
     /// A one-line warning for stderr when the encrypted-file fallback is in
     /// use; `None` with the keychain.
     pub warning: Option<String>,
+    /// Why the keychain was passed over, in the platform's own words, for a
+    /// debug log line; `None` with the keychain.
+    pub keychain_detail: Option<String>,
 }
+
+/// Asks the person at a terminal for the passphrase of `tokens.enc` (the
+/// path given) when no other source has one; `new` says the file does not
+/// exist yet, so the passphrase is being chosen. `Ok(None)`: nobody to ask.
+pub type AskPassphrase<'a> = &'a dyn Fn(&Path, bool) -> Result<Option<Passphrase>, SecretError>;
 
 /// Both tokens, read at once (one decryption with the file store).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -104,29 +112,48 @@ impl SecretStore {
         paths: &OsPaths,
         env: &Environment,
     ) -> Result<Selected, SecretError> {
-        match probe {
-            Ok(keychain) => Ok(Selected {
-                store: SecretStore::with_keychain(keychain, paths),
-                warning: None,
-            }),
-            Err(unusable) => {
-                let Some(passphrase) = passphrase::resolve(env)? else {
-                    return Err(SecretError::NoPassphrase {
-                        keychain: unusable.reason,
-                    });
-                };
-                let file = TokenFile::new(paths.secret_store_dir.clone(), passphrase);
-                let warning = format!(
-                    "warning: the OS keychain is unavailable ({}); using the encrypted file store {}",
-                    error::one_line(&unusable.reason),
-                    error::shown(&file.path())
-                );
-                Ok(Selected {
-                    store: SecretStore::with_file(file, paths.legacy_audit_key_file.clone()),
-                    warning: Some(warning),
-                })
+        SecretStore::select_asking(probe, paths, env, None)
+    }
+
+    /// [`select_with`](Self::select_with), asking with `ask` for the
+    /// passphrase when the file store is needed and no file, credential or
+    /// variable gives one (`auth` and `start` on a terminal).
+    pub fn select_asking(
+        probe: Result<Keychain, KeychainUnusable>,
+        paths: &OsPaths,
+        env: &Environment,
+        ask: Option<AskPassphrase<'_>>,
+    ) -> Result<Selected, SecretError> {
+        let unusable = match probe {
+            Ok(keychain) => {
+                return Ok(Selected {
+                    store: SecretStore::with_keychain(keychain, paths),
+                    warning: None,
+                    keychain_detail: None,
+                });
             }
-        }
+            Err(unusable) => unusable,
+        };
+        let dir = &paths.secret_store_dir;
+        let passphrase = match (passphrase::resolve(env)?, ask) {
+            (Some(passphrase), _) => Some(passphrase),
+            (None, Some(ask)) => ask(&dir.join(file::FILE_NAME), !TokenFile::present(dir))?,
+            (None, None) => None,
+        };
+        let Some(passphrase) = passphrase else {
+            return Err(SecretError::NoPassphrase { keychain: unusable });
+        };
+        let file = TokenFile::new(paths.secret_store_dir.clone(), passphrase);
+        let warning = format!(
+            "warning: the OS keychain is unavailable ({}); using the encrypted file store {}",
+            unusable.summary(),
+            error::shown(&file.path())
+        );
+        Ok(Selected {
+            store: SecretStore::with_file(file, paths.legacy_audit_key_file.clone()),
+            warning: Some(warning),
+            keychain_detail: Some(error::one_line(&unusable.reason)),
+        })
     }
 
     /// A store on the keychain (no probe).

@@ -96,6 +96,8 @@ pub enum PassphraseOrigin {
     /// The systemd credential [`Passphrase::CREDENTIAL`] in
     /// `$CREDENTIALS_DIRECTORY`.
     Credential(PathBuf),
+    /// Typed by the user at a terminal prompt.
+    Prompt,
 }
 
 impl fmt::Display for PassphraseOrigin {
@@ -111,6 +113,7 @@ impl fmt::Display for PassphraseOrigin {
             PassphraseOrigin::Credential(path) => {
                 write!(f, "the systemd credential {}", super::error::shown(path))
             }
+            PassphraseOrigin::Prompt => f.write_str("the passphrase typed at the prompt"),
         }
     }
 }
