@@ -3,10 +3,13 @@
 //! with it. `status` reports it; `install` writes the file.
 //!
 //! * [`render`] — the file's content, a pure function of explicit paths.
+//! * [`manager`] — what the systemd user manager knows of the unit (read
+//!   only).
 //!
 //! Nothing here ever runs the commands that enable or disable the entry:
 //! CLI.md §9.1 leaves that to the user.
 
+pub mod manager;
 pub mod render;
 
 use std::path::PathBuf;
