@@ -58,6 +58,11 @@ pub enum Command {
     Revoke,
     /// `status`: configuration, tokens, daemon and autostart (CLI.md §4.3).
     Status,
+    /// `install [--at-login]`: write the autostart entry (CLI.md §9). Logon
+    /// is the only trigger, so the flag changes nothing.
+    Install,
+    /// `uninstall`: remove the autostart entry (CLI.md §9).
+    Uninstall,
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -95,6 +100,15 @@ pub enum UsageError {
         /// What was given.
         value: String,
     },
+    /// A global option the command does not use: `install` and `uninstall`
+    /// read only `--config` (CLI.md §9.1), and silently dropping a setting
+    /// the user expects the service to run with would be a surprise.
+    NotUsedBy {
+        /// The option.
+        option: &'static str,
+        /// The command.
+        command: &'static str,
+    },
 }
 
 impl fmt::Display for UsageError {
@@ -115,6 +129,11 @@ impl fmt::Display for UsageError {
             UsageError::InvalidArgument { what, value } => {
                 write!(f, "invalid {what}: {}", quoted(value))
             }
+            UsageError::NotUsedBy { option, command } => write!(
+                f,
+                "option {option} is not used by {command}: the autostart entry runs \
+                 `start` with --config only, so put settings in the config file"
+            ),
         }
     }
 }
@@ -233,6 +252,15 @@ fn parse_command(
         Some("auth") => no_arguments(parser).map(|()| Command::Auth),
         Some("revoke") => no_arguments(parser).map(|()| Command::Revoke),
         Some("status") => no_arguments(parser).map(|()| Command::Status),
+        Some("install") => {
+            only_config(overrides, "install")?;
+            parse_install(parser)?;
+            Ok(Command::Install)
+        }
+        Some("uninstall") => {
+            only_config(overrides, "uninstall")?;
+            no_arguments(parser).map(|()| Command::Uninstall)
+        }
         _ => Err(UsageError::UnknownCommand(
             name.to_string_lossy().into_owned(),
         )),
@@ -248,6 +276,41 @@ fn no_arguments(parser: &mut Parser) -> Result<(), UsageError> {
         Some(Value(arg)) => Err(UsageError::UnexpectedArgument(
             arg.to_string_lossy().into_owned(),
         )),
+    }
+}
+
+/// The options of `install` (CLI.md §9.1): `--at-login`, the default and
+/// only trigger, accepted for the reference's command lines.
+fn parse_install(parser: &mut Parser) -> Result<(), UsageError> {
+    while let Some(arg) = parser.next().map_err(from_lexopt)? {
+        match arg {
+            Long("at-login") => refuse_attached_value(parser, "--at-login")?,
+            Long(other) => return Err(UsageError::UnknownOption(format!("--{other}"))),
+            Short(other) => return Err(UsageError::UnknownOption(format!("-{other}"))),
+            Value(arg) => {
+                return Err(UsageError::UnexpectedArgument(
+                    arg.to_string_lossy().into_owned(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `install` and `uninstall` take `--config` and no other global option
+/// (CLI.md §9.1): the first one given is refused.
+fn only_config(overrides: &Overrides, command: &'static str) -> Result<(), UsageError> {
+    let given = [
+        (overrides.allowed_root.is_some(), "--allowed-root"),
+        (overrides.platform_url.is_some(), "--platform-url"),
+        (overrides.session_id.is_some(), "--session-id"),
+        (overrides.ca_file.is_some(), "--ca-file"),
+        (overrides.tls_pin_sha256.is_some(), "--tls-pin-sha256"),
+        (overrides.log_level.is_some(), "--log-level"),
+    ];
+    match given.iter().find(|(set, _)| *set) {
+        Some((_, option)) => Err(UsageError::NotUsedBy { option, command }),
+        None => Ok(()),
     }
 }
 

@@ -21,6 +21,7 @@ macro_rules! say {
 mod args;
 mod audit;
 mod auth;
+mod install;
 mod prompt;
 mod revoke;
 mod start;
@@ -108,6 +109,8 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
         Command::Auth => auth::run(&invocation.overrides, stdout, stderr),
         Command::Revoke => revoke::run(&invocation.overrides, stdout, stderr),
         Command::Status => status::run(&invocation.overrides, stdout, stderr),
+        Command::Install => install::install(&invocation.overrides, stdout, stderr),
+        Command::Uninstall => install::uninstall(stdout, stderr),
     }
 }
 
@@ -221,6 +224,14 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "revoke",
         "revoke the tokens on the platform, then delete them here",
+    ),
+    (
+        "install",
+        "write the autostart entry (systemd user unit, launchd agent or task XML)\n              and print the commands that activate it: install [--at-login]",
+    ),
+    (
+        "uninstall",
+        "remove the autostart entry and print the command that deactivates it",
     ),
     (
         "audit",

@@ -1,6 +1,8 @@
 //! `status` (CLI.md §4.3): what is configured, where the tokens are kept
 //! and whether they are there, whether a daemon runs, how its commands
-//! would be contained, and the autostart entry. Always exit 0 once the configuration loads.
+//! would be contained, and the autostart entry (on Linux and WSL2 with what
+//! the systemd user manager says of it). Always exit 0 once the
+//! configuration loads.
 //!
 //! It reports presence only: it never prints a token, the audit key or the
 //! passphrase, and it never creates a key, a token or a file.
@@ -10,7 +12,8 @@ use std::io::Write;
 use super::load_config;
 use crate::audit::writer::writer_running;
 use crate::config::autostart::Autostart;
-use crate::config::{Environment, Mode, Overrides};
+use crate::config::autostart::manager::{self, UserManager};
+use crate::config::{Environment, Mode, Overrides, Platform};
 use crate::exit;
 use crate::secrets::SecretStore;
 
@@ -59,6 +62,9 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
             };
             say!(stdout, "Autostart entry ({}): {state}", entry.platform);
             say!(stdout, "  path: {}", entry.target.display());
+            if matches!(platform, Platform::Linux | Platform::Wsl2) {
+                say!(stdout, "  service: {}", systemd_service(platform));
+            }
             say!(stdout, "  enable: {}", entry.enable);
             say!(stdout, "  disable: {}", entry.disable);
             for note in &entry.notes {
@@ -72,6 +78,20 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         ),
     }
     exit::SUCCESS
+}
+
+/// What the systemd user manager says of the unit (enabled? active?), or
+/// why it cannot say and what to do about it. Asks only; changes nothing.
+fn systemd_service(platform: Platform) -> String {
+    let env = Environment::from_process();
+    let user_manager = UserManager::detect(&env);
+    match &user_manager {
+        UserManager::Running { runtime_dir } => match manager::query(&env, runtime_dir) {
+            Ok(state) => state.describe(),
+            Err(why) => format!("unknown: {why}"),
+        },
+        other => format!("unknown: {}", other.problem(platform).unwrap_or_default()),
+    }
 }
 
 /// Where the tokens are kept and which are present.

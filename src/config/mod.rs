@@ -352,16 +352,7 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         absolute_path(key, setting, &paths.home, ctx.cwd.as_deref())
     };
 
-    let config_file = match &overrides.config_path {
-        Some(path) => resolve(
-            "config file",
-            &Setting {
-                value: path.clone(),
-                source: Source::Flag("--config"),
-            },
-        )?,
-        None => paths.default_config_file.clone(),
-    };
+    let config_file = config_file_path(overrides, &paths, ctx.cwd.as_deref())?;
     let file_layer = file::read(&config_file, overrides.config_path.is_some(), &mut warnings)?;
     let env_layer = env::config_variables(&ctx.env, &mut warnings)?;
     let layers = Layers::new(overrides, file_layer, env_layer)?;
@@ -500,6 +491,28 @@ fn invalid<T>(key: &'static str, setting: &Setting<T>, reason: impl fmt::Display
         key,
         source: setting.source.clone(),
         reason: reason.to_string(),
+    }
+}
+
+/// The config file of a command: `--config` made absolute (a leading `~`
+/// expanded), else the per-OS default (CLI.md §5.1). Whether it exists does
+/// not matter here; `install` writes this path into the autostart entry.
+pub fn config_file_path(
+    overrides: &Overrides,
+    paths: &OsPaths,
+    cwd: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
+    match &overrides.config_path {
+        Some(path) => absolute_path(
+            "config file",
+            &Setting {
+                value: path.clone(),
+                source: Source::Flag("--config"),
+            },
+            &paths.home,
+            cwd,
+        ),
+        None => Ok(paths.default_config_file.clone()),
     }
 }
 

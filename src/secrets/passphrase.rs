@@ -82,6 +82,17 @@ pub(crate) fn resolve(env: &Environment) -> Result<Option<Passphrase>, SecretErr
     Ok(TAKEN.lock().unwrap_or_else(PoisonError::into_inner).take())
 }
 
+/// Whether the passphrase is given by the variable itself: in `env`, or
+/// taken from this process's environment at start and not handed out yet.
+/// Says nothing about the value.
+pub fn variable_present(env: &Environment) -> bool {
+    env.get_non_empty(Passphrase::VARIABLE).is_some()
+        || TAKEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+}
+
 /// The file the passphrase is read from, by the precedence of [`resolve`]:
 /// the file named by `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE` (made
 /// absolute), else the systemd credential when it exists; `None` when the
@@ -94,6 +105,25 @@ pub fn source_file(env: &Environment) -> Option<PathBuf> {
     let dir = env.get_non_empty(CREDENTIALS_DIRECTORY)?;
     let path = std::path::absolute(Path::new(dir).join(Passphrase::CREDENTIAL)).ok()?;
     path.symlink_metadata().is_ok().then_some(path)
+}
+
+/// Checks the passphrase file at `path` as [`resolve`] will when a service
+/// starts with `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE` naming it: a
+/// regular, non-empty file of this user with no group or other
+/// permissions. For `install`, which writes the file's path (never the
+/// passphrase) into the autostart entry; the bytes read are zeroized at
+/// once.
+pub fn check_file(path: &Path) -> Result<(), SecretError> {
+    load(
+        path,
+        Owner::User,
+        PassphraseOrigin::File(path.to_path_buf()),
+    )
+    .map(drop)
+    .map_err(|problem| SecretError::PassphraseFile {
+        path: path.to_path_buf(),
+        problem,
+    })
 }
 
 /// The passphrase in the file at `path`.

@@ -1,7 +1,16 @@
 //! What the per-OS autostart entry is (CLI.md §9.2–§9.5): where its file
 //! lives, the commands that enable and disable it, and the notes printed
-//! with it. Data only: `status` reports it; writing the file belongs to
-//! `install`.
+//! with it. `status` reports it; `install` writes the file.
+//!
+//! * [`render`] — the file's content, a pure function of explicit paths.
+//! * [`manager`] — what the systemd user manager knows of the unit (read
+//!   only).
+//!
+//! Nothing here ever runs the commands that enable or disable the entry:
+//! CLI.md §9.1 leaves that to the user.
+
+pub mod manager;
+pub mod render;
 
 use std::path::PathBuf;
 
