@@ -71,3 +71,31 @@ fn missing_option_value_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--config needs a value"));
 }
+
+#[test]
+fn only_start_and_auth_print_the_warning_banner() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_autogpt-shim"))
+            .args(args)
+            .env_clear()
+            .env("HOME", home.path())
+            .env("PATH", "/usr/bin:/bin")
+            // Unreachable on purpose: nothing here may leave the machine.
+            .env("AUTOGPT_SHIM_PLATFORM_URL", "https://platform.invalid")
+            .output()
+            .unwrap()
+    };
+    for args in [&["status"][..], &["audit", "verify"], &["revoke"]] {
+        let out = run(args);
+        let stderr = text(&out.stderr);
+        assert!(
+            !stderr.contains("WARNING: autogpt-shim"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // `start` refuses at once (no passphrase, no keychain), after the banner.
+    let out = run(&["start"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).starts_with("WARNING: autogpt-shim is experimental"));
+}

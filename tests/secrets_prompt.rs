@@ -125,7 +125,11 @@ fn start_on_a_terminal_asks_for_the_passphrase_without_echo_and_connects() {
         shim.output()
     );
     // Nothing typed was shown, and the terminal has its modes back.
-    assert!(!terminal.shown().contains(PASSPHRASE), "{}", terminal.shown());
+    assert!(
+        !terminal.shown().contains(PASSPHRASE),
+        "{}",
+        terminal.shown()
+    );
     assert_eq!(terminal.modes(), before);
     assert!(before.contains(LocalModes::ECHO | LocalModes::ICANON));
     let stderr = shim.stderr.text();
@@ -185,7 +189,10 @@ fn without_a_terminal_start_does_not_ask_and_says_how_to_give_the_passphrase() {
     assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("Passphrase:"), "{stderr}");
-    assert!(stderr.contains("AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE"), "{stderr}");
+    assert!(
+        stderr.contains("AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE_FILE"),
+        "{stderr}"
+    );
     assert!(stderr.contains("on a terminal"), "{stderr}");
     assert!(!stderr.contains("secure storage"), "{stderr}");
 }

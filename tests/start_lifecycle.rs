@@ -784,3 +784,66 @@ fn a_configured_audit_directory_keeps_its_mode() {
     // The log itself is the shim's own file: private.
     assert_eq!(mode(&log), 0o600);
 }
+
+/// `start` in legacy mode on the per-OS default root (`~/autogpt-workspace`).
+fn default_root_command(
+    home: &Home,
+    emulator: &autogpt_shim_emulator::Emulator,
+) -> std::process::Command {
+    let mut args = platform_args(emulator);
+    args.extend(["start", "--session-id", SESSION].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = home.command(&args);
+    command.env_remove("AUTOGPT_SHIM_ALLOWED_ROOT");
+    command
+}
+
+#[test]
+fn a_start_that_cannot_run_creates_no_default_root_and_never_says_how_to_stop() {
+    let home = Home::without_tokens();
+    let emulator = emulator();
+    let default_root = home.path().join("autogpt-workspace");
+    let out = default_root_command(&home, &emulator).output().unwrap();
+    assert_eq!(out.status.code(), Some(77));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("Press Ctrl+C"), "{stdout}");
+    assert!(!stdout.contains("Starting shim daemon"), "{stdout}");
+    assert!(!default_root.exists(), "the default root was created");
+    assert_eq!(home.ops(), ["SHIM_START", "SHIM_STOP"]);
+
+    // With tokens it is created, and how to stop is said once it runs.
+    home.store_tokens(ACCESS, REFRESH);
+    let mut shim = Shim::spawn(default_root_command(&home, &emulator));
+    let (conn, hello) = connect(&emulator, HelloAck::new().grant(["files"]));
+    let canonical = default_root.canonicalize().unwrap();
+    assert_eq!(
+        hello["payload"]["allowed_root"],
+        canonical.to_str().unwrap()
+    );
+    assert!(
+        eventually(WAIT, || shim
+            .stdout
+            .text()
+            .contains("Press Ctrl+C to stop.")),
+        "{}",
+        shim.output()
+    );
+    let stdout = shim.stdout.text();
+    assert!(stdout.contains("Created allowed_root"), "{stdout}");
+    drop(conn);
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+}
+
+#[test]
+fn a_start_refused_by_its_preflight_never_says_how_to_stop() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &["--enable-recording"]);
+    assert_eq!(shim.wait(WAIT), 78, "{}", shim.output());
+    assert!(
+        !shim.stdout.text().contains("Press Ctrl+C"),
+        "{}",
+        shim.output()
+    );
+}

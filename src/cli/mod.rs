@@ -94,7 +94,11 @@ where
             exit::SUCCESS
         }
         Ok(Parsed::Run(invocation)) => {
-            print_banner(stderr);
+            // Only the commands that give the platform access warn; the
+            // others (status, audit, install, …) stay quiet and scriptable.
+            if matches!(invocation.command, Command::Start | Command::Auth) {
+                print_banner(stderr);
+            }
             dispatch(*invocation, stdout, stderr)
         }
         Err(error) => usage_error(&error, stderr),
@@ -275,7 +279,7 @@ pub fn help_text() -> String {
     text
 }
 
-/// The warning banner of CLI.md §2, printed on stderr before any command.
+/// The warning banner of CLI.md §2, printed on stderr by `start` and `auth`.
 pub const BANNER: &str = "\
 WARNING: autogpt-shim is experimental software.
 WARNING: While it runs, the AutoGPT platform can reach files on this machine and any capability you enable.

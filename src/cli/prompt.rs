@@ -108,9 +108,7 @@ fn read_hidden(fd: BorrowedFd<'_>, prompt: &str) -> Result<Zeroizing<Vec<u8>>, S
             0x03 => break Err("cancelled with Ctrl+C".to_owned()),
             0x04 if line.is_empty() => break Err("the input ended (Ctrl+D)".to_owned()),
             // Backspace or Delete: drop one whole UTF-8 character.
-            0x08 | 0x7f => {
-                while line.pop().is_some_and(|b| b & 0xc0 == 0x80) {}
-            }
+            0x08 | 0x7f => while line.pop().is_some_and(|b| b & 0xc0 == 0x80) {},
             // Ctrl+U: start over.
             0x15 => line.clear(),
             _ if line.len() == MAX_BYTES => {
@@ -121,5 +119,7 @@ fn read_hidden(fd: BorrowedFd<'_>, prompt: &str) -> Result<Zeroizing<Vec<u8>>, S
     };
     drop(restore);
     let _ = writeln!(stderr);
-    outcome.map(|()| line).map_err(SecretError::PassphrasePrompt)
+    outcome
+        .map(|()| line)
+        .map_err(SecretError::PassphrasePrompt)
 }

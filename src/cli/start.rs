@@ -79,6 +79,14 @@ enum Daemon {
     Control,
 }
 
+/// Legacy mode's root as step 2 leaves it: pinned, or the missing default
+/// root, created only once the daemon knows it can run (after the secret
+/// store, the audit log and the tokens).
+enum LegacyRoot {
+    Pinned(Arc<Jail>),
+    Deferred,
+}
+
 /// Runs `start` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
     // Blocked before any thread exists (the keychain's D-Bus client and the
@@ -121,26 +129,39 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     record_own_files();
 
     // Step 2: the session root (legacy mode only, CLI.md §8).
-    let daemon = match &config.mode {
-        Mode::Legacy { session_id } => match legacy_root(&config, &protected, stdout, stderr) {
-            Ok(jail) => Daemon::Legacy {
-                session_id: session_id.clone(),
-                jail,
-            },
+    let legacy = match &config.mode {
+        Mode::Legacy { .. } if default_root_missing(&config) => {
+            // Only what can be judged without creating it, for now.
+            let wsl = config.host.platform == Some(Platform::Wsl2);
+            if let Err(problem) =
+                roots::check_dangerous_for(&config.allowed_root, &config.paths.home, wsl)
+            {
+                say!(stderr, "Preflight failed: {problem}");
+                return exit::EX_CONFIG;
+            }
+            Some(LegacyRoot::Deferred)
+        }
+        Mode::Legacy { .. } => match legacy_root(&config, &protected, stdout, stderr) {
+            Ok(jail) => Some(LegacyRoot::Pinned(jail)),
             Err(code) => return code,
         },
-        Mode::Control => Daemon::Control,
+        Mode::Control => None,
     };
-    if let Err(message) = hello_fields(&config, &identity, &daemon) {
+    let root_sent = match &legacy {
+        Some(LegacyRoot::Pinned(jail)) => Some(jail.root().to_owned()),
+        Some(LegacyRoot::Deferred) => Some(config.allowed_root.display().to_string()),
+        None => None,
+    };
+    if let Err(message) = hello_fields(&config, &identity, root_sent.as_deref()) {
         say!(stderr, "Preflight failed: {message}");
         return exit::EX_CONFIG;
     }
 
     // Step 3: secret store, audit key, writer (and the persisted grant
     // revisions in control mode).
-    let default_session = match &daemon {
-        Daemon::Legacy { session_id, .. } => Some(session_id.as_str()),
-        Daemon::Control => None,
+    let default_session = match &config.mode {
+        Mode::Legacy { session_id } => Some(session_id.as_str()),
+        Mode::Control => None,
     };
     let opened = match open_audit(&config, default_session, &env, &log, stderr) {
         Ok(opened) => opened,
@@ -160,8 +181,8 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         writer_thread.join();
         code
     };
-    let revisions = match &daemon {
-        Daemon::Control => match Revisions::load(&config.paths.state_dir) {
+    let revisions = match &config.mode {
+        Mode::Control => match Revisions::load(&config.paths.state_dir) {
             Ok(revisions) => Some(revisions),
             Err(e) => {
                 say!(stderr, "Preflight failed: {e}");
@@ -169,7 +190,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
                 return finish(exit::EX_CONFIG);
             }
         },
-        Daemon::Legacy { .. } => None,
+        Mode::Legacy { .. } => None,
     };
     // Opening the store and the log may have created or replaced them.
     protected.pin_created();
@@ -193,37 +214,11 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         return finish(exit::EX_CONFIG);
     }
 
-    // Step 6: what runs.
-    say!(
-        stdout,
-        "Starting shim daemon (machine_id={})",
-        identity.machine_id
-    );
-    match &daemon {
-        Daemon::Legacy { session_id, jail } => {
-            say!(stdout, "Legacy direct session: {session_id}");
-            say!(stdout, "Allowed root: {}", jail.root());
-        }
-        Daemon::Control => {
-            say!(
-                stdout,
-                "Mode: persistent machine control (folders are selected per chat)"
-            );
-        }
-    }
-    if config.enable_shell {
-        say!(
-            stdout,
-            "WARNING: shell commands are enabled; they can access everything your user account can."
-        );
-    }
-    say!(stdout, "Press Ctrl+C to stop.");
-    let _ = stdout.flush();
-
     let stop = Arc::new(AtomicBool::new(false));
     let stop_written = Arc::new(AtomicBool::new(false));
 
-    // Step 7: without any token there is nothing to connect with.
+    // Step 7 (before step 6, so that nothing says the daemon runs when it
+    // cannot): without any token there is nothing to connect with.
     if tokens.access.is_none() && tokens.refresh.is_none() {
         say!(
             stderr,
@@ -233,6 +228,29 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         drop(audit);
         return finish(code);
     }
+
+    // The default legacy root is created now that everything else holds.
+    let daemon = match (&config.mode, legacy) {
+        (Mode::Legacy { session_id }, Some(root)) => {
+            let jail = match root {
+                LegacyRoot::Pinned(jail) => Ok(jail),
+                LegacyRoot::Deferred => legacy_root(&config, &protected, stdout, stderr),
+            };
+            match jail {
+                Ok(jail) => Daemon::Legacy {
+                    session_id: session_id.clone(),
+                    jail,
+                },
+                Err(code) => {
+                    let code = stop_record(&audit, &stop_written, code, stderr);
+                    drop(audit);
+                    return finish(code);
+                }
+            }
+        }
+        _ => Daemon::Control,
+    };
+    let announcement = announcement(&config, &identity, &daemon);
 
     // Step 8.
     let code = match Running::start(RunningParts {
@@ -265,6 +283,9 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
                 say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
                 stop.store(true, Ordering::SeqCst);
             }
+            // Step 6: what runs, now that it does.
+            let _ = stdout.write_all(announcement.as_bytes());
+            let _ = stdout.flush();
             let outcome = running.run();
             // Step 9.
             conclude(outcome, &audit, &stop_written, &log, stdout, stderr)
@@ -338,11 +359,7 @@ fn own_files(config: &Config, env: &Environment) -> Vec<(&'static str, std::path
 /// The values this daemon's `HELLO` would carry, judged by the platform's
 /// rules before anything connects: a value the platform refuses would only
 /// ever be closed with 4400, so it is a configuration error.
-fn hello_fields(config: &Config, identity: &Identity, daemon: &Daemon) -> Result<(), String> {
-    let root = match daemon {
-        Daemon::Legacy { jail, .. } => Some(jail.root()),
-        Daemon::Control => None,
-    };
+fn hello_fields(config: &Config, identity: &Identity, root: Option<&str>) -> Result<(), String> {
     let Some(field) =
         hello_rules::first_refused(&identity.machine_id, &identity.display_name, root)
     else {
@@ -360,6 +377,36 @@ fn hello_fields(config: &Config, identity: &Identity, daemon: &Daemon) -> Result
         key = field.key(),
         rule = field.rule()
     ))
+}
+
+/// Step 6's lines: what runs and how to stop it (CLI.md §4.2), printed once
+/// the daemon runs.
+fn announcement(config: &Config, identity: &Identity, daemon: &Daemon) -> String {
+    let mut text = format!(
+        "Starting shim daemon (machine_id={})\n",
+        identity.machine_id
+    );
+    match daemon {
+        Daemon::Legacy { session_id, jail } => {
+            text += &format!("Legacy direct session: {session_id}\n");
+            text += &format!("Allowed root: {}\n", jail.root());
+        }
+        Daemon::Control => {
+            text += "Mode: persistent machine control (folders are selected per chat)\n";
+        }
+    }
+    if config.enable_shell {
+        text += "WARNING: shell commands are enabled; they can access everything your user account can.\n";
+    }
+    text + "Press Ctrl+C to stop.\n"
+}
+
+/// Whether legacy mode's root is the per-OS default and does not exist yet
+/// (`metadata` follows links: a dangling link counts as missing, and
+/// creating it later fails on the link rather than writing through it).
+fn default_root_missing(config: &Config) -> bool {
+    config.allowed_root_is_default()
+        && matches!(std::fs::metadata(&config.allowed_root), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// CLI.md §8 for the configured root, then pinned.
