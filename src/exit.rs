@@ -17,8 +17,9 @@ pub const SUCCESS: u8 = 0;
 /// A reference-compatible "negative result": `audit verify`/`verify-all`
 /// found violations; the current audit log is missing (`tail`, `verify`,
 /// `rotate`); `audit show` found no record; `audit export` had nothing to
-/// export; `revoke` did not complete. Also the exit of a second stop signal
-/// during shutdown when `SHIM_STOP` could not be written.
+/// export; `revoke` did not complete or found no stored token. Also the
+/// exit of a second stop signal during shutdown when `SHIM_STOP` could not
+/// be written.
 pub const NEGATIVE_RESULT: u8 = 1;
 
 /// Usage error: missing or unknown command, unknown option, missing option

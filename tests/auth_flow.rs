@@ -341,10 +341,44 @@ fn revoke_revokes_both_tokens_then_deletes_them() {
     for secret in [ACCESS, REFRESH] {
         assert!(!stdout.contains(secret) && !stderr.contains(secret));
     }
-    // Nothing stored any more: no request, exit 0.
-    let (code, _, _) = revoke(&home, &oauth);
-    assert_eq!(code, 0);
+    // Nothing stored any more: no request, and no claim of success.
+    let (code, stdout, _) = revoke(&home, &oauth);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("No stored tokens"), "{stdout}");
     assert_eq!(oauth.requests().len(), 2);
+}
+
+/// `revoke` where nothing is stored: it says so, sends nothing, exits 1
+/// and does not claim to have revoked anything.
+fn revoke_finds_nothing(home: &Home) {
+    let oauth = OAuthEmulator::start().unwrap();
+    let (code, stdout, stderr) = revoke(home, &oauth);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("No stored tokens in the encrypted file "))
+        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    assert!(line.contains("nothing was revoked"), "{line}");
+    assert!(line.contains("autogpt-shim auth"), "{line}");
+    assert!(!stdout.contains("Tokens revoked"), "{stdout}");
+    assert!(!stderr.contains("Tokens revoked"), "{stderr}");
+    assert!(oauth.requests().is_empty());
+}
+
+#[test]
+fn revoke_without_tokens_exits_nonzero() {
+    // Never authorized: no tokens.enc at all, and revoke creates none.
+    let home = Home::without_tokens();
+    revoke_finds_nothing(&home);
+    assert!(!home.secrets_dir().join("tokens.enc").exists());
+
+    // A tokens.enc that holds no tokens (revoked before) stays as it was.
+    let home = Home::new();
+    home.store().clear_tokens().unwrap();
+    let file = home.secrets_dir().join("tokens.enc");
+    let before = std::fs::read(&file).unwrap();
+    revoke_finds_nothing(&home);
+    assert_eq!(std::fs::read(&file).unwrap(), before);
 }
 
 #[test]

@@ -389,18 +389,86 @@ fn start_flags_switch_settings_on() {
     let fx = Fixture::new();
     let overrides = Overrides {
         enable_shell: true,
-        enable_computer_use: true,
-        enable_clipboard: true,
-        enable_clipboard_read_foreign: true,
         enable_recording: true,
         ..Overrides::default()
     };
     let config = fx.config(&overrides);
     assert!(config.enable_shell);
-    assert!(config.enable_computer_use);
-    assert!(config.enable_clipboard);
-    assert!(config.enable_clipboard_read_foreign);
     assert!(config.enable_recording);
+}
+
+/// The switches of capabilities this build does not implement, with the
+/// flag that sets each (where there is one) and its feature's name.
+const UNBUILT: [(&str, Option<&str>, &str); 5] = [
+    (
+        "enable_computer_use",
+        Some("--enable-computer-use"),
+        "computer use",
+    ),
+    ("enable_clipboard", Some("--enable-clipboard"), "clipboard"),
+    (
+        "enable_clipboard_read_foreign",
+        Some("--enable-clipboard-read-foreign"),
+        "clipboard",
+    ),
+    ("enable_local_llm", None, "local LLM"),
+    ("enable_hardware", None, "hardware"),
+];
+
+fn assert_unavailable(error: &ConfigError, key: &str, source: &Source, feature: &str) {
+    match error {
+        ConfigError::Unavailable {
+            key: k, source: s, ..
+        } => {
+            assert_eq!((*k, s), (key, source));
+        }
+        other => panic!("{key}: expected Unavailable, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains("is not available in this build"),
+        "{message}"
+    );
+    assert!(
+        message.contains(feature) && message.contains(key),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+}
+
+#[test]
+fn switches_of_unbuilt_capabilities_are_refused_from_every_source() {
+    for (key, flag, feature) in UNBUILT {
+        let fx = Fixture::new();
+        let path = fx.home().join("config.toml");
+        let error = fx.error(&fx.file(&format!("{key} = true\n")));
+        assert_unavailable(&error, key, &Source::File(path), feature);
+
+        let variable = format!("AUTOGPT_SHIM_{}", key.to_uppercase());
+        let fx = Fixture::new().env(&variable, "yes");
+        let error = fx.error(&Overrides::default());
+        assert_unavailable(&error, key, &Source::Env(variable.clone()), feature);
+
+        let error = Fixture::new().error(&with_setting(key, "true"));
+        assert_unavailable(&error, key, &Source::Override, feature);
+
+        if let Some(flag) = flag {
+            let mut overrides = Overrides::default();
+            match key {
+                "enable_computer_use" => overrides.enable_computer_use = true,
+                "enable_clipboard" => overrides.enable_clipboard = true,
+                _ => overrides.enable_clipboard_read_foreign = true,
+            }
+            let error = Fixture::new().error(&overrides);
+            assert_unavailable(&error, key, &Source::Flag(flag), feature);
+        }
+
+        // Off is what the build does anyway: accepted from any source.
+        let fx = Fixture::new().env(&variable, "false");
+        let config = fx.config(&fx.file(&format!("{key} = false\n")));
+        assert!(!config.enable_computer_use && !config.enable_clipboard);
+        assert!(!config.enable_local_llm && !config.enable_hardware);
+    }
 }
 
 #[test]
@@ -616,9 +684,9 @@ display_name = "Desk"
 allowed_root = "~/work"
 audit_log_path = "/var/tmp/audit/log.jsonl"
 enable_shell = true
-enable_computer_use = true
-enable_local_llm = true
-enable_hardware = true
+enable_computer_use = false
+enable_local_llm = false
+enable_hardware = false
 max_concurrent = 1
 max_concurrent_commands = 2
 command_timeout_seconds = 3
@@ -629,8 +697,8 @@ reconnect_max_delay = 10.0
 reconnect_jitter_seconds = 0
 ollama_url = "http://127.0.0.1:11434/"
 max_screenshots_per_minute = 6
-enable_clipboard = true
-enable_clipboard_read_foreign = true
+enable_clipboard = false
+enable_clipboard_read_foreign = false
 enable_recording = true
 recording_buffer_dir = "rec"
 recording_default_interpretation_route = "local_vlm"
@@ -661,7 +729,9 @@ tls_pin_sha256 = "{pin}"
     assert_eq!(c.allowed_root, fx.home().join("work"));
     assert!(!c.allowed_root_is_default());
     assert_eq!(c.audit_log_path, PathBuf::from("/var/tmp/audit/log.jsonl"));
-    assert!(c.enable_shell && c.enable_computer_use && c.enable_local_llm && c.enable_hardware);
+    assert!(c.enable_shell);
+    // This build refuses to switch these on (tested above).
+    assert!(!c.enable_computer_use && !c.enable_local_llm && !c.enable_hardware);
     assert_eq!(
         (
             c.max_concurrent,
@@ -681,7 +751,7 @@ tls_pin_sha256 = "{pin}"
     );
     assert_eq!(c.ollama_url, "http://127.0.0.1:11434");
     assert_eq!(c.max_screenshots_per_minute, 6);
-    assert!(c.enable_clipboard && c.enable_clipboard_read_foreign && c.enable_recording);
+    assert!(!c.enable_clipboard && !c.enable_clipboard_read_foreign && c.enable_recording);
     assert_eq!(c.recording_buffer_dir, fx.home().join("cwd/rec"));
     assert_eq!(c.recording_default_interpretation_route, "local_vlm");
     assert_eq!(

@@ -216,3 +216,121 @@ fn a_401_on_the_retry_still_exits_77_at_once_and_quotes_its_detail() {
     assert!(line.contains(&format!("\"{detail}\"")), "{line}");
     assert!(line.contains("run autogpt-shim auth"), "{line}");
 }
+
+// ---- attempts that never became a connection ------------------------------------------
+
+/// The `WS_DISCONNECTED` records, whole.
+fn disconnect_records(home: &Home) -> Vec<Value> {
+    home.records()
+        .into_iter()
+        .filter(|r| r["op"] == "WS_DISCONNECTED")
+        .collect()
+}
+
+/// Every record is a failed attempt with `reason`: `ok: false`, no error
+/// code, the attempt's duration; no `WS_CONNECTED` anywhere; the log ends
+/// with `SHIM_STOP` and verifies.
+fn only_failed_attempts(home: &Home, reason: &str) -> Vec<Value> {
+    let ops = home.ops();
+    assert!(!ops.iter().any(|op| op == "WS_CONNECTED"), "{ops:?}");
+    let records = disconnect_records(home);
+    assert!(!records.is_empty(), "{ops:?}");
+    for record in &records {
+        assert_eq!(record["details"]["reason"], reason, "{record}");
+        assert_eq!(record["result"]["ok"], false, "{record}");
+        assert_eq!(record["result"]["error_code"], Value::Null, "{record}");
+        assert_eq!(record["result"]["exit_code"], Value::Null, "{record}");
+        assert!(record["result"]["duration_ms"].is_u64(), "{record}");
+    }
+    let last = home.records().pop().unwrap();
+    assert_eq!(last["op"], "SHIM_STOP", "{ops:?}");
+    assert_eq!(last["result"]["ok"], true);
+    assert_eq!(home.verify().0, 0);
+    records
+}
+
+/// Lets `shim` fail at least twice, stops it and returns what it recorded.
+fn fail_twice_then_stop(home: &Home, mut shim: Shim, reason: &str) -> Vec<Value> {
+    assert!(
+        eventually(WAIT, || disconnect_records(home).len() >= 2),
+        "{}",
+        shim.output()
+    );
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    only_failed_attempts(home, reason)
+}
+
+#[test]
+fn a_refused_tcp_connection_is_audited_as_a_failed_attempt_not_a_disconnect() {
+    let home = Home::new();
+    // A port that was free a moment ago and has no listener now.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("ws://127.0.0.1:{port}");
+    let shim =
+        Shim::spawn(home.command(&["--platform-url", &url, "start", "--session-id", SESSION]));
+    let records = fail_twice_then_stop(&home, shim, "loop_error: connect");
+
+    // `audit show` prints the same verdict to a person reading the log.
+    let seq = records[0]["seq"].as_u64().unwrap().to_string();
+    let out = home.command(&["audit", "show", &seq]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("\"op\": \"WS_DISCONNECTED\""), "{shown}");
+    assert!(shown.contains("\"ok\": false"), "{shown}");
+    assert!(
+        shown.contains("\"reason\": \"loop_error: connect\""),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_failed_tls_handshake_is_audited_as_a_failed_attempt() {
+    // The emulator's certificate is not trusted without its CA file.
+    let home = Home::new();
+    let emulator = emulator();
+    let url = emulator.platform_url();
+    let shim =
+        Shim::spawn(home.command(&["--platform-url", &url, "start", "--session-id", SESSION]));
+    fail_twice_then_stop(&home, shim, "loop_error: tls");
+    let attempts = emulator.attempts();
+    assert!(
+        attempts
+            .iter()
+            .all(|a| matches!(a.outcome, AttemptOutcome::TlsFailed(_))),
+        "{attempts:?}"
+    );
+}
+
+#[test]
+fn a_refused_upgrade_is_audited_as_a_failed_attempt() {
+    let home = Home::new();
+    let emulator = refusing(403, "Not for this machine");
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
+    let records = only_failed_attempts(&home, "loop_error: http_403");
+    assert_eq!(records.len(), ATTEMPTS);
+}
+
+#[test]
+fn a_connection_that_opened_and_ended_keeps_the_default_result() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &[]);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    settle(&conn);
+    conn.close(1000, "maintenance").unwrap();
+    let (_again, _) = connect(&emulator, HelloAck::new().grant(["files"]));
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let ops = home.ops();
+    let connected = ops.iter().filter(|op| *op == "WS_CONNECTED").count();
+    let records = disconnect_records(&home);
+    assert_eq!((connected, records.len()), (2, 2), "{ops:?}");
+    for record in records {
+        assert_eq!(record["result"]["ok"], true, "{record}");
+    }
+}

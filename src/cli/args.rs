@@ -1,19 +1,22 @@
-//! Command-line parsing (CLI.md §1): global options before the command, then
-//! the command and its own options.
+//! Command-line parsing (CLI.md §1): global options before the command,
+//! then the command and its own options.
 //!
 //! Parsing turns arguments into typed values and nothing else: it never reads
 //! the configuration, the environment or a file, and it never prints. Options
 //! are matched by their full names only (no abbreviations), values come as the
 //! next argument or after `=`.
 //!
-//! [`parse_globals`] reads the global options up to the command name;
-//! `parse_command` then hands the rest to the command. Adding a command means
-//! adding a [`Command`] variant, one arm in `parse_command` that parses its
-//! options, and one arm in the dispatcher. A `start` arm also accepts
-//! `--session-id` through [`session_id_value`], which overwrites the global
-//! value, so the later spelling wins as CLI.md §1.3 requires.
+//! Every name is looked up in the command table (`catalog.rs`) before it is
+//! interpreted: [`next_arg`] yields only options the table lists for the
+//! command at hand, so the parser cannot accept what the help does not show,
+//! and `-h`/`--help` anywhere asks for that command's help. Adding a command
+//! means adding its [`CommandSpec`] to the table, a [`Command`] variant, one
+//! arm in `parse_command` and one in the dispatcher; the unit test below
+//! fails until every option in the table is handled. `--session-id` after
+//! `start` overwrites the global value, so the later spelling wins as
+//! CLI.md §1.3 requires.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -21,14 +24,19 @@ use lexopt::Arg::{Long, Short, Value};
 use lexopt::Parser;
 
 use super::audit::{self, AuditCommand};
+use super::catalog::{self, CommandSpec, OptionSpec};
 use crate::config::{LogLevel, Overrides};
 
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Parsed {
-    /// `-h`/`--help`: print usage, exit 0.
+    /// `-h`/`--help` before the command, or `help` alone: print the
+    /// program's help, exit 0.
     Help,
-    /// `--version`: print the version, exit 0.
+    /// `-h`/`--help` among a command's arguments, or `help <command>`:
+    /// print that command's help, exit 0.
+    CommandHelp(&'static CommandSpec),
+    /// `-V`/`--version`: print the version, exit 0.
     Version,
     /// Run a command (boxed: far larger than the other variants).
     Run(Box<Invocation>),
@@ -145,6 +153,74 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.escape_debug())
 }
 
+/// Why parsing stops before there is a command to run.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// `-h`/`--help` among the arguments of this command.
+    Help(&'static CommandSpec),
+    /// The command line cannot be run.
+    Usage(UsageError),
+}
+
+impl From<UsageError> for Halt {
+    fn from(error: UsageError) -> Halt {
+        Halt::Usage(error)
+    }
+}
+
+/// One argument, checked against the command's table entry.
+#[derive(Debug)]
+pub(crate) enum Arg {
+    /// An option the table lists for the command, with its value when it
+    /// takes one.
+    Option(&'static OptionSpec, Option<OsString>),
+    /// A positional argument (a subcommand, a `<seq>`).
+    Positional(OsString),
+}
+
+/// The next argument of the command `spec`. Options the table does not
+/// list for it are usage errors; `-h`/`--help` stops with its help.
+pub(crate) fn next_arg(
+    parser: &mut Parser,
+    spec: &'static CommandSpec,
+) -> Result<Option<Arg>, Halt> {
+    let option = match parser.next().map_err(from_lexopt)? {
+        None => return Ok(None),
+        Some(Value(value)) => return Ok(Some(Arg::Positional(value))),
+        Some(Long("help")) | Some(Short('h')) => {
+            refuse_attached_value(parser, catalog::HELP.long)?;
+            return Err(Halt::Help(spec));
+        }
+        Some(Long(name)) => spec
+            .long_option(name)
+            .ok_or_else(|| UsageError::UnknownOption(format!("--{name}")))?,
+        Some(Short(short)) => spec
+            .short_option(short)
+            .ok_or_else(|| UsageError::UnknownOption(format!("-{short}")))?,
+    };
+    let value = match option.value {
+        Some(_) => Some(value(parser, option.long)?),
+        None => {
+            refuse_attached_value(parser, option.long)?;
+            None
+        }
+    };
+    Ok(Some(Arg::Option(option, value)))
+}
+
+/// An option the table lists but the command's parser does not handle: a
+/// bug the unit test below catches; reported like an unknown option.
+pub(crate) fn unhandled(option: &OptionSpec) -> Halt {
+    Halt::Usage(UsageError::UnknownOption(option.long.to_owned()))
+}
+
+/// A positional argument where the command takes none.
+pub(crate) fn unexpected(arg: OsString) -> Halt {
+    Halt::Usage(UsageError::UnexpectedArgument(
+        arg.to_string_lossy().into_owned(),
+    ))
+}
+
 /// Parses the arguments after the program name.
 pub fn parse<I>(args: I) -> Result<Parsed, UsageError>
 where
@@ -158,13 +234,15 @@ where
         Globals::Command {
             mut overrides,
             name,
-        } => {
-            let command = parse_command(&name, &mut parser, &mut overrides)?;
-            Ok(Parsed::Run(Box::new(Invocation {
+        } => match parse_command(&name, &mut parser, &mut overrides) {
+            Ok(command) => Ok(Parsed::Run(Box::new(Invocation {
                 overrides: *overrides,
                 command,
-            })))
-        }
+            }))),
+            Err(Halt::Help(spec)) if spec.name.is_empty() => Ok(Parsed::Help),
+            Err(Halt::Help(spec)) => Ok(Parsed::CommandHelp(spec)),
+            Err(Halt::Usage(error)) => Err(error),
+        },
     }
 }
 
@@ -173,7 +251,7 @@ where
 pub enum Globals {
     /// `-h`/`--help`.
     Help,
-    /// `--version`.
+    /// `-V`/`--version`.
     Version,
     /// A command name, with the global options as overrides. The parser is
     /// left just after the name, at the command's own arguments.
@@ -189,109 +267,108 @@ pub enum Globals {
 pub fn parse_globals(parser: &mut Parser) -> Result<Globals, UsageError> {
     let mut overrides = Overrides::default();
     loop {
-        let arg = parser.next().map_err(from_lexopt)?;
-        match arg {
+        let arg = match next_arg(parser, &catalog::COMMAND_TABLE) {
+            Ok(arg) => arg,
+            Err(Halt::Help(_)) => return Ok(Globals::Help),
+            Err(Halt::Usage(error)) => return Err(error),
+        };
+        let (option, value) = match arg {
             None => return Err(UsageError::MissingCommand),
-            Some(Short('h')) | Some(Long("help")) => {
-                refuse_attached_value(parser, "--help")?;
-                return Ok(Globals::Help);
+            Some(Arg::Positional(name)) => {
+                return Ok(Globals::Command {
+                    overrides: Box::new(overrides),
+                    name,
+                });
             }
-            Some(Long("version")) => {
-                refuse_attached_value(parser, "--version")?;
-                return Ok(Globals::Version);
-            }
-            Some(Long("allowed-root")) => {
-                overrides.allowed_root = Some(PathBuf::from(value(parser, "--allowed-root")?));
-            }
-            Some(Long("config")) => {
-                overrides.config_path = Some(PathBuf::from(value(parser, "--config")?));
-            }
-            Some(Long("platform-url")) => {
-                overrides.platform_url = Some(text_value(parser, "--platform-url")?);
-            }
-            Some(Long("session-id")) => session_id_value(parser, &mut overrides)?,
-            Some(Long("ca-file")) => {
-                overrides.ca_file = Some(PathBuf::from(value(parser, "--ca-file")?));
-            }
-            Some(Long("tls-pin-sha256")) => {
-                overrides.tls_pin_sha256 = Some(text_value(parser, "--tls-pin-sha256")?);
-            }
-            Some(Long("log-level")) => {
-                let level = text_value(parser, "--log-level")?;
+            Some(Arg::Option(option, value)) => (option, value),
+        };
+        match (option.long, value) {
+            ("--version", None) => return Ok(Globals::Version),
+            ("--allowed-root", Some(v)) => overrides.allowed_root = Some(PathBuf::from(v)),
+            ("--config", Some(v)) => overrides.config_path = Some(PathBuf::from(v)),
+            ("--platform-url", Some(v)) => overrides.platform_url = Some(text(option, v)?),
+            ("--session-id", Some(v)) => overrides.session_id = Some(text(option, v)?),
+            ("--ca-file", Some(v)) => overrides.ca_file = Some(PathBuf::from(v)),
+            ("--tls-pin-sha256", Some(v)) => overrides.tls_pin_sha256 = Some(text(option, v)?),
+            ("--log-level", Some(v)) => {
+                let level = text(option, v)?;
                 overrides.log_level =
                     Some(LogLevel::parse(&level).ok_or(UsageError::InvalidValue {
                         option: "--log-level",
                         reason: "expected DEBUG, INFO, WARNING, ERROR or CRITICAL",
                     })?);
             }
-            Some(Long(other)) => return Err(UsageError::UnknownOption(format!("--{other}"))),
-            Some(Short(other)) => return Err(UsageError::UnknownOption(format!("-{other}"))),
-            Some(Value(name)) => {
-                return Ok(Globals::Command {
-                    overrides: Box::new(overrides),
-                    name,
-                });
-            }
+            _ => return Err(UsageError::UnknownOption(option.long.to_owned())),
         }
     }
 }
 
 /// Parses the command `name` and its options. Every command-specific option
-/// lives in that command's arm.
+/// lives in that command's arm; only names in the table get that far.
 fn parse_command(
-    name: &OsStr,
+    name: &OsString,
     parser: &mut Parser,
     overrides: &mut Overrides,
-) -> Result<Command, UsageError> {
-    match name.to_str() {
-        Some("audit") => Ok(Command::Audit(audit::parse(parser)?)),
-        Some("start") => {
-            parse_start(parser, overrides)?;
+) -> Result<Command, Halt> {
+    let unknown = || UsageError::UnknownCommand(name.to_string_lossy().into_owned());
+    let spec = name
+        .to_str()
+        .and_then(|word| catalog::COMMAND_TABLE.subcommand(word))
+        .ok_or_else(unknown)?;
+    match spec.name {
+        "audit" => Ok(Command::Audit(audit::parse(parser, spec)?)),
+        "start" => {
+            parse_start(parser, spec, overrides)?;
             Ok(Command::Start)
         }
-        Some("auth") => no_arguments(parser).map(|()| Command::Auth),
-        Some("revoke") => no_arguments(parser).map(|()| Command::Revoke),
-        Some("status") => no_arguments(parser).map(|()| Command::Status),
-        Some("install") => {
+        "auth" => no_arguments(parser, spec).map(|()| Command::Auth),
+        "revoke" => no_arguments(parser, spec).map(|()| Command::Revoke),
+        "status" => no_arguments(parser, spec).map(|()| Command::Status),
+        "install" => {
             only_config(overrides, "install")?;
-            parse_install(parser)?;
+            parse_install(parser, spec)?;
             Ok(Command::Install)
         }
-        Some("uninstall") => {
+        "uninstall" => {
             only_config(overrides, "uninstall")?;
-            no_arguments(parser).map(|()| Command::Uninstall)
+            no_arguments(parser, spec).map(|()| Command::Uninstall)
         }
-        _ => Err(UsageError::UnknownCommand(
-            name.to_string_lossy().into_owned(),
-        )),
+        "help" => Err(help_topic(parser, spec)),
+        _ => Err(unknown().into()),
     }
 }
 
-/// A command that takes no options or arguments.
-fn no_arguments(parser: &mut Parser) -> Result<(), UsageError> {
-    match parser.next().map_err(from_lexopt)? {
-        None => Ok(()),
-        Some(Long(other)) => Err(UsageError::UnknownOption(format!("--{other}"))),
-        Some(Short(other)) => Err(UsageError::UnknownOption(format!("-{other}"))),
-        Some(Value(arg)) => Err(UsageError::UnexpectedArgument(
-            arg.to_string_lossy().into_owned(),
-        )),
+/// `help [COMMAND [SUBCOMMAND]]`: the help asked for, as the halt that
+/// prints it.
+fn help_topic(parser: &mut Parser, spec: &'static CommandSpec) -> Halt {
+    let mut topic: &'static CommandSpec = &catalog::COMMAND_TABLE;
+    loop {
+        match next_arg(parser, spec) {
+            Ok(None) => return Halt::Help(topic),
+            Ok(Some(Arg::Positional(word))) => {
+                let found = word.to_str().and_then(|w| topic.subcommand(w));
+                topic = match found {
+                    Some(found) => found,
+                    None => {
+                        let typed = format!("{} {}", topic.name, word.to_string_lossy());
+                        return UsageError::UnknownCommand(typed.trim_start().to_owned()).into();
+                    }
+                };
+            }
+            Ok(Some(Arg::Option(option, _))) => return unhandled(option),
+            Err(halt) => return halt,
+        }
     }
 }
 
 /// The options of `install` (CLI.md §9.1): `--at-login`, the default and
 /// only trigger, accepted for the reference's command lines.
-fn parse_install(parser: &mut Parser) -> Result<(), UsageError> {
-    while let Some(arg) = parser.next().map_err(from_lexopt)? {
+fn parse_install(parser: &mut Parser, spec: &'static CommandSpec) -> Result<(), Halt> {
+    while let Some(arg) = next_arg(parser, spec)? {
         match arg {
-            Long("at-login") => refuse_attached_value(parser, "--at-login")?,
-            Long(other) => return Err(UsageError::UnknownOption(format!("--{other}"))),
-            Short(other) => return Err(UsageError::UnknownOption(format!("-{other}"))),
-            Value(arg) => {
-                return Err(UsageError::UnexpectedArgument(
-                    arg.to_string_lossy().into_owned(),
-                ));
-            }
+            Arg::Option(option, _) if option.long == "--at-login" => {}
+            Arg::Option(option, _) => return Err(unhandled(option)),
+            Arg::Positional(arg) => return Err(unexpected(arg)),
         }
     }
     Ok(())
@@ -314,50 +391,59 @@ fn only_config(overrides: &Overrides, command: &'static str) -> Result<(), Usage
     }
 }
 
+/// A command that takes no options or arguments.
+fn no_arguments(parser: &mut Parser, spec: &'static CommandSpec) -> Result<(), Halt> {
+    match next_arg(parser, spec)? {
+        None => Ok(()),
+        Some(Arg::Option(option, _)) => Err(unhandled(option)),
+        Some(Arg::Positional(arg)) => Err(unexpected(arg)),
+    }
+}
+
 /// The options of `start` (CLI.md §4.2). Flags can only switch a setting
 /// on: a setting enabled in the file or the environment stays enabled.
-fn parse_start(parser: &mut Parser, overrides: &mut Overrides) -> Result<(), UsageError> {
-    while let Some(arg) = parser.next().map_err(from_lexopt)? {
-        let (flag, option): (&mut bool, &'static str) = match arg {
-            Long("session-id") => {
-                session_id_value(parser, overrides)?;
+/// The switches of capabilities this build lacks are taken here and refused
+/// by the configuration, whichever source sets them.
+fn parse_start(
+    parser: &mut Parser,
+    spec: &'static CommandSpec,
+    overrides: &mut Overrides,
+) -> Result<(), Halt> {
+    while let Some(arg) = next_arg(parser, spec)? {
+        let (option, value) = match arg {
+            Arg::Option(option, value) => (option, value),
+            Arg::Positional(arg) => return Err(unexpected(arg)),
+        };
+        let flag = match (option.long, value) {
+            ("--session-id", Some(v)) => {
+                overrides.session_id = Some(text(option, v)?);
                 continue;
             }
-            Long("enable-shell") => (&mut overrides.enable_shell, "--enable-shell"),
-            Long("enable-computer-use") => {
-                (&mut overrides.enable_computer_use, "--enable-computer-use")
+            ("--enable-shell", None) => &mut overrides.enable_shell,
+            ("--enable-computer-use", None) => &mut overrides.enable_computer_use,
+            ("--enable-clipboard", None) => &mut overrides.enable_clipboard,
+            ("--enable-clipboard-read-foreign", None) => {
+                &mut overrides.enable_clipboard_read_foreign
             }
-            Long("enable-clipboard") => (&mut overrides.enable_clipboard, "--enable-clipboard"),
-            Long("enable-clipboard-read-foreign") => (
-                &mut overrides.enable_clipboard_read_foreign,
-                "--enable-clipboard-read-foreign",
-            ),
-            Long("enable-recording") => (&mut overrides.enable_recording, "--enable-recording"),
-            Long(other) => return Err(UsageError::UnknownOption(format!("--{other}"))),
-            Short(other) => return Err(UsageError::UnknownOption(format!("-{other}"))),
-            Value(arg) => {
-                return Err(UsageError::UnexpectedArgument(
-                    arg.to_string_lossy().into_owned(),
-                ));
-            }
+            ("--enable-recording", None) => &mut overrides.enable_recording,
+            _ => return Err(unhandled(option)),
         };
         *flag = true;
-        refuse_attached_value(parser, option)?;
     }
     Ok(())
 }
 
-/// `--session-id ID`, valid before the command and after `start`. Each
-/// occurrence overwrites the previous one, so the spelling after `start`
-/// wins (CLI.md §1.3).
-pub fn session_id_value(parser: &mut Parser, overrides: &mut Overrides) -> Result<(), UsageError> {
-    overrides.session_id = Some(text_value(parser, "--session-id")?);
-    Ok(())
+/// An option's value as UTF-8 text.
+pub(crate) fn text(option: &'static OptionSpec, value: OsString) -> Result<String, UsageError> {
+    value.into_string().map_err(|_| UsageError::InvalidValue {
+        option: option.long,
+        reason: "not valid UTF-8",
+    })
 }
 
 /// The value of `option`: attached with `=`, or the next argument unless that
 /// looks like another option (a value starting with `-` must be attached).
-pub(crate) fn value(parser: &mut Parser, option: &'static str) -> Result<OsString, UsageError> {
+fn value(parser: &mut Parser, option: &'static str) -> Result<OsString, UsageError> {
     if let Some(attached) = parser.optional_value() {
         return Ok(attached);
     }
@@ -369,16 +455,6 @@ pub(crate) fn value(parser: &mut Parser, option: &'static str) -> Result<OsStrin
         return Err(UsageError::MissingValue(option));
     }
     Ok(next)
-}
-
-/// Like [`value`], for options whose value must be UTF-8 text.
-pub(crate) fn text_value(parser: &mut Parser, option: &'static str) -> Result<String, UsageError> {
-    value(parser, option)?
-        .into_string()
-        .map_err(|_| UsageError::InvalidValue {
-            option,
-            reason: "not valid UTF-8",
-        })
 }
 
 /// `--flag=value` for a flag that takes no value is a usage error.
@@ -399,5 +475,162 @@ pub(crate) fn from_lexopt(error: lexopt::Error) -> UsageError {
             UsageError::UnexpectedArgument(arg.to_string_lossy().into_owned())
         }
         other => UsageError::UnexpectedArgument(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value the option's placeholder stands for.
+    fn sample(placeholder: &str) -> &'static str {
+        match placeholder {
+            "PATH" => "/x",
+            "URL" => "https://platform.example.com",
+            "HEX,..." => "ab",
+            "LEVEL" => "info",
+            "ID" => "session-1",
+            "DUR" => "1d",
+            other => panic!("no sample value for the placeholder {other}: add one here"),
+        }
+    }
+
+    /// A valid value for a required positional argument.
+    fn sample_argument(name: &str) -> Option<&'static str> {
+        match name {
+            "<seq>" => Some("1"),
+            optional if optional.starts_with('[') => None,
+            other => panic!("no sample value for the argument {other}: add one here"),
+        }
+    }
+
+    /// Every command of the table with the words that select it.
+    fn commands() -> Vec<(Vec<&'static str>, &'static CommandSpec)> {
+        fn walk(
+            spec: &'static CommandSpec,
+            words: Vec<&'static str>,
+            out: &mut Vec<(Vec<&'static str>, &'static CommandSpec)>,
+        ) {
+            for sub in spec.subcommands {
+                let mut path = words.clone();
+                path.push(sub.word());
+                out.push((path.clone(), sub));
+                walk(sub, path, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&catalog::COMMAND_TABLE, Vec::new(), &mut out);
+        out
+    }
+
+    /// The words of a runnable command line for `spec` with `extra` where
+    /// its options go.
+    fn line(path: &[&'static str], spec: &CommandSpec, extra: &[&'static str]) -> Vec<String> {
+        let mut line: Vec<&str> = path.to_vec();
+        line.extend(extra);
+        line.extend(spec.args.iter().filter_map(|a| sample_argument(a.name)));
+        line.into_iter().map(str::to_owned).collect()
+    }
+
+    fn option_words(option: &OptionSpec) -> Vec<&'static str> {
+        let mut words = vec![option.long];
+        words.extend(option.value.map(sample));
+        words
+    }
+
+    #[test]
+    fn every_command_and_option_in_the_table_is_accepted_by_the_parser() {
+        for (path, spec) in commands() {
+            if !spec.subcommands.is_empty() || spec.name == "help" {
+                continue;
+            }
+            let parsed = parse(line(&path, spec, &[]));
+            assert!(matches!(parsed, Ok(Parsed::Run(_))), "{path:?}: {parsed:?}");
+            for option in spec.options {
+                let words = line(&path, spec, &option_words(option));
+                let parsed = parse(words.clone());
+                assert!(
+                    matches!(parsed, Ok(Parsed::Run(_))),
+                    "{words:?}: {parsed:?}"
+                );
+            }
+        }
+        for option in catalog::COMMAND_TABLE.options {
+            let mut words = option_words(option);
+            words.push("status");
+            let parsed = parse(words.clone());
+            let expected = match option.long {
+                "--version" => matches!(parsed, Ok(Parsed::Version)),
+                _ => matches!(parsed, Ok(Parsed::Run(_))),
+            };
+            assert!(expected, "{words:?}: {parsed:?}");
+            if let Some(short) = option.short {
+                let spelled = format!("-{short}");
+                assert!(
+                    matches!(parse([spelled.as_str(), "status"]), Ok(Parsed::Version)),
+                    "{spelled}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn help_anywhere_in_a_command_asks_for_that_commands_help() {
+        for (path, spec) in commands() {
+            for flag in ["--help", "-h"] {
+                let mut words: Vec<&str> = path.clone();
+                words.push(flag);
+                match parse(words.clone()) {
+                    Ok(Parsed::CommandHelp(found)) => assert_eq!(found.name, spec.name),
+                    other => panic!("{words:?}: {other:?}"),
+                }
+                let mut words: Vec<&str> = vec!["help"];
+                words.extend(&path);
+                match parse(words.clone()) {
+                    Ok(Parsed::CommandHelp(found)) => assert_eq!(found.name, spec.name),
+                    other => panic!("{words:?}: {other:?}"),
+                }
+            }
+        }
+        assert!(matches!(parse(["help"]), Ok(Parsed::Help)));
+        assert!(matches!(
+            parse(["audit", "show", "7", "--help"]),
+            Ok(Parsed::CommandHelp(CommandSpec {
+                name: "audit show",
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn help_for_a_command_that_does_not_exist_is_a_usage_error() {
+        assert_eq!(
+            parse(["help", "frobnicate"]).unwrap_err(),
+            UsageError::UnknownCommand("frobnicate".into())
+        );
+        assert_eq!(
+            parse(["help", "audit", "frobnicate"]).unwrap_err(),
+            UsageError::UnknownCommand("audit frobnicate".into())
+        );
+        assert_eq!(
+            parse(["help", "--enable-shell"]).unwrap_err(),
+            UsageError::UnknownOption("--enable-shell".into())
+        );
+    }
+
+    #[test]
+    fn an_option_of_another_command_is_unknown_here() {
+        assert_eq!(
+            parse(["status", "--enable-shell"]).unwrap_err(),
+            UsageError::UnknownOption("--enable-shell".into())
+        );
+        assert_eq!(
+            parse(["audit", "export", "--older-than", "1d"]).unwrap_err(),
+            UsageError::UnknownOption("--older-than".into())
+        );
+        assert_eq!(
+            parse(["start", "--help=yes"]).unwrap_err(),
+            UsageError::UnexpectedValue("--help".into())
+        );
     }
 }

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::RecvTimeoutError;
-use lexopt::Arg::{Long, Short, Value};
 use lexopt::Parser;
 use serde_json::Value as Json;
 
-use super::args::{from_lexopt, text_value, value};
+use super::args::{Arg, Halt, next_arg, text, unexpected, unhandled};
+use super::catalog::CommandSpec;
 use super::{PROGRAM, UsageError, VERSION, load_config};
 use crate::audit::canonical::repr_f64;
 use crate::audit::export::{ExportOptions, export, export_with_progress};
@@ -75,64 +75,77 @@ pub enum AuditCommand {
 
 // ---- parsing ------------------------------------------------------------------
 
-/// Parses what follows `audit`.
-pub(crate) fn parse(parser: &mut Parser) -> Result<AuditCommand, UsageError> {
-    let name = match parser.next().map_err(from_lexopt)? {
-        None => return Err(UsageError::MissingArgument("audit subcommand")),
-        Some(Value(name)) => name,
-        Some(Long(option)) => return Err(UsageError::UnknownOption(format!("--{option}"))),
-        Some(Short(option)) => return Err(UsageError::UnknownOption(format!("-{option}"))),
+/// Parses what follows `audit`; `spec` is its entry in the command table.
+pub(crate) fn parse(parser: &mut Parser, spec: &'static CommandSpec) -> Result<AuditCommand, Halt> {
+    let name = match next_arg(parser, spec)? {
+        None => return Err(UsageError::MissingArgument("audit subcommand").into()),
+        Some(Arg::Positional(name)) => name,
+        Some(Arg::Option(option, _)) => return Err(unhandled(option)),
     };
-    let command = match name.to_str() {
-        Some("tail") => AuditCommand::Tail,
-        Some("show") => AuditCommand::Show {
-            seq: parse_seq(parser)?,
+    let sub = name
+        .to_str()
+        .and_then(|word| spec.subcommand(word))
+        .ok_or_else(|| UsageError::UnknownCommand(format!("audit {}", name.to_string_lossy())))?;
+    let command = match sub.word() {
+        "tail" => AuditCommand::Tail,
+        "show" => AuditCommand::Show {
+            seq: parse_seq(parser, sub)?,
         },
-        Some("verify") => AuditCommand::Verify,
-        Some("verify-all") => AuditCommand::VerifyAll,
-        Some("rotate") => AuditCommand::Rotate,
-        Some("export") => {
+        "verify" => AuditCommand::Verify,
+        "verify-all" => AuditCommand::VerifyAll,
+        "rotate" => AuditCommand::Rotate,
+        "export" => {
             let mut output = None;
-            while let Some(arg) = parser.next().map_err(from_lexopt)? {
+            while let Some(arg) = next_arg(parser, sub)? {
                 match arg {
-                    Long("output") => output = Some(PathBuf::from(value(parser, "--output")?)),
-                    other => return Err(unexpected(other)),
+                    Arg::Option(option, Some(v)) if option.long == "--output" => {
+                        output = Some(PathBuf::from(v));
+                    }
+                    Arg::Option(option, _) => return Err(unhandled(option)),
+                    Arg::Positional(arg) => return Err(unexpected(arg)),
                 }
             }
             return Ok(AuditCommand::Export { output });
         }
-        Some("prune") => {
+        "prune" => {
             let mut older_than = None;
-            while let Some(arg) = parser.next().map_err(from_lexopt)? {
+            while let Some(arg) = next_arg(parser, sub)? {
                 match arg {
-                    Long("older-than") => {
-                        older_than = Some(text_value(parser, "--older-than")?);
+                    Arg::Option(option, Some(v)) if option.long == "--older-than" => {
+                        older_than = Some(text(option, v)?);
                     }
-                    other => return Err(unexpected(other)),
+                    Arg::Option(option, _) => return Err(unhandled(option)),
+                    Arg::Positional(arg) => return Err(unexpected(arg)),
                 }
             }
             return Ok(AuditCommand::Prune { older_than });
         }
         _ => {
-            return Err(UsageError::UnknownCommand(format!(
-                "audit {}",
-                name.to_string_lossy()
-            )));
+            return Err(
+                UsageError::UnknownCommand(format!("audit {}", name.to_string_lossy())).into(),
+            );
         }
     };
     // The other subcommands take nothing more.
-    match parser.next().map_err(from_lexopt)? {
-        None => Ok(command),
-        Some(other) => Err(unexpected(other)),
+    end_of_arguments(parser, sub)?;
+    Ok(command)
+}
+
+/// Nothing may follow.
+fn end_of_arguments(parser: &mut Parser, spec: &'static CommandSpec) -> Result<(), Halt> {
+    match next_arg(parser, spec)? {
+        None => Ok(()),
+        Some(Arg::Option(option, _)) => Err(unhandled(option)),
+        Some(Arg::Positional(arg)) => Err(unexpected(arg)),
     }
 }
 
 /// `<seq>` of `show`: a decimal integer, optionally signed.
-fn parse_seq(parser: &mut Parser) -> Result<i128, UsageError> {
-    let raw = match parser.next().map_err(from_lexopt)? {
-        Some(Value(raw)) => raw,
-        None => return Err(UsageError::MissingArgument("<seq> for audit show")),
-        Some(other) => return Err(unexpected(other)),
+fn parse_seq(parser: &mut Parser, spec: &'static CommandSpec) -> Result<i128, Halt> {
+    let raw = match next_arg(parser, spec)? {
+        Some(Arg::Positional(raw)) => raw,
+        None => return Err(UsageError::MissingArgument("<seq> for audit show").into()),
+        Some(Arg::Option(option, _)) => return Err(unhandled(option)),
     };
     let text = raw.to_string_lossy();
     let digits = text.strip_prefix(['-', '+']).unwrap_or(&text);
@@ -145,18 +158,8 @@ fn parse_seq(parser: &mut Parser) -> Result<i128, UsageError> {
         what: "<seq> (expected an integer)",
         value: text.clone().into_owned(),
     })?;
-    match parser.next().map_err(from_lexopt)? {
-        None => Ok(seq),
-        Some(other) => Err(unexpected(other)),
-    }
-}
-
-fn unexpected(arg: lexopt::Arg<'_>) -> UsageError {
-    match arg {
-        Long(option) => UsageError::UnknownOption(format!("--{option}")),
-        Short(option) => UsageError::UnknownOption(format!("-{option}")),
-        Value(value) => UsageError::UnexpectedArgument(value.to_string_lossy().into_owned()),
-    }
+    end_of_arguments(parser, spec)?;
+    Ok(seq)
 }
 
 /// A `--older-than` value in seconds: ASCII digits and one unit letter

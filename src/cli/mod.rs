@@ -21,6 +21,8 @@ macro_rules! say {
 mod args;
 mod audit;
 mod auth;
+mod catalog;
+mod help;
 mod install;
 mod prompt;
 mod revoke;
@@ -31,10 +33,10 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-pub use args::{
-    Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals, session_id_value,
-};
+pub use args::{Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals};
 pub use audit::{AuditCommand, parse_duration, tail_line};
+pub use catalog::{ArgSpec, COMMAND_TABLE, CommandSpec, Example, HELP, OptionSpec};
+pub use help::render as help_text;
 
 use crate::config::{self, Config, ConfigError, Overrides};
 use crate::exit;
@@ -86,7 +88,11 @@ where
     match parse(args) {
         Ok(Parsed::Help) => {
             // A closed stdout (`--help | head -0`) is not worth a failure.
-            let _ = stdout.write_all(help_text().as_bytes());
+            let _ = stdout.write_all(help::render(&catalog::COMMAND_TABLE).as_bytes());
+            exit::SUCCESS
+        }
+        Ok(Parsed::CommandHelp(spec)) => {
+            let _ = stdout.write_all(help::render(spec).as_bytes());
             exit::SUCCESS
         }
         Ok(Parsed::Version) => {
@@ -203,80 +209,9 @@ pub fn config_error(error: &ConfigError, stderr: &mut dyn Write) -> u8 {
 /// Reports a usage error and returns its exit code.
 pub fn usage_error(error: &UsageError, stderr: &mut dyn Write) -> u8 {
     let _ = writeln!(stderr, "{PROGRAM}: {error}");
-    let _ = writeln!(stderr, "{USAGE_LINE}");
+    let _ = writeln!(stderr, "{}", help::USAGE_LINE);
     let _ = writeln!(stderr, "Try '{PROGRAM} --help' for more information.");
     exit::USAGE
-}
-
-const USAGE_LINE: &str = "Usage: autogpt-shim [GLOBAL OPTIONS] <COMMAND> [COMMAND OPTIONS] [ARGS]";
-
-/// The commands of this build with a one-line summary each, for `--help`.
-/// Every command adds its line here when it arrives.
-const COMMANDS: &[(&str, &str)] = &[
-    (
-        "auth",
-        "authorize this machine with the platform in a browser and store the tokens",
-    ),
-    (
-        "start",
-        "run the daemon in the foreground: start --session-id ID [--enable-shell]\n              [--enable-computer-use] [--enable-clipboard]\n              [--enable-clipboard-read-foreign] [--enable-recording]",
-    ),
-    (
-        "status",
-        "show the configuration, where the tokens are kept, and daemon and autostart state",
-    ),
-    (
-        "revoke",
-        "revoke the tokens on the platform, then delete them here",
-    ),
-    (
-        "install",
-        "write the autostart entry (systemd user unit, launchd agent or task XML)\n              and print the commands that activate it: install [--at-login]",
-    ),
-    (
-        "uninstall",
-        "remove the autostart entry and print the command that deactivates it",
-    ),
-    (
-        "audit",
-        "audit log tools: tail, show <seq>, verify, verify-all, export [--output PATH],\n              rotate, prune [--older-than DUR]",
-    ),
-];
-
-/// The `--help` text (stdout).
-pub fn help_text() -> String {
-    let mut text = format!(
-        "{PROGRAM} {VERSION}: local executor for the AutoGPT platform\n\
-         \n\
-         {USAGE_LINE}\n\
-         \n\
-         Global options (before the command):\n\
-         \x20 --allowed-root PATH       workspace root for a legacy direct session\n\
-         \x20 --config PATH             config file instead of the per-OS default\n\
-         \x20 --platform-url URL        platform base URL\n\
-         \x20 --session-id ID           legacy direct session instead of control mode\n\
-         \x20 --ca-file PATH            extra PEM trust anchors for TLS\n\
-         \x20 --tls-pin-sha256 HEX,...  pin the server's SPKI SHA-256 digest(s); an empty\n\
-         \x20                           value is unset and keeps a pin set in config.toml\n\
-         \x20 --log-level LEVEL         DEBUG, INFO (default), WARNING, ERROR or CRITICAL\n\
-         \x20 -h, --help                show this help and exit\n\
-         \x20 --version                 show the version and exit\n\
-         \n\
-         Options take their value as the next argument or as --option=value.\n\
-         \n\
-         Commands:\n"
-    );
-    if COMMANDS.is_empty() {
-        text.push_str("  (none in this build)\n");
-    }
-    for (name, summary) in COMMANDS {
-        text.push_str(&format!("  {name:<12}{summary}\n"));
-    }
-    text.push_str(
-        "\nSettings come from flags, then config.toml, then AUTOGPT_SHIM_* environment\n\
-         variables, then built-in defaults. Read SECURITY.md before use.\n",
-    );
-    text
 }
 
 /// The warning banner of CLI.md §2, printed on stderr by `start` and `auth`.

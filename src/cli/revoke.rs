@@ -2,7 +2,10 @@
 //! as the public client, then deleted locally — only when every request
 //! succeeded, so a failed revocation can be retried.
 //!
-//! It never prints a token, and never deletes anything after a failure.
+//! It never prints a token, never deletes anything after a failure, and
+//! never reports a revocation that did not happen: with no token stored it
+//! says so and exits 1 (a negative result, like `audit show` finding no
+//! record), having sent nothing.
 
 use std::io::Write;
 
@@ -44,24 +47,30 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     .into_iter()
     .filter_map(|(token, hint)| token.map(|t| (t, hint)))
     .collect();
-    if !pairs.is_empty() {
-        let connector = match super::connector(&config, &env, stderr) {
-            Ok(connector) => connector,
-            Err(code) => return code,
-        };
-        for (token, hint) in pairs {
-            if let Err(e) = oauth::revoke(
-                &connector,
-                config.endpoints.revoke(),
-                token.expose(),
-                hint,
-                &config.oauth_client_id,
-            ) {
-                return incomplete(
-                    stderr,
-                    &format!("revoking the {} failed: {e}", hint.replace('_', " ")),
-                );
-            }
+    if pairs.is_empty() {
+        say!(
+            stdout,
+            "No stored tokens in {}: nothing was revoked. Run `autogpt-shim auth` to authorize this machine.",
+            selected.store.location()
+        );
+        return exit::NEGATIVE_RESULT;
+    }
+    let connector = match super::connector(&config, &env, stderr) {
+        Ok(connector) => connector,
+        Err(code) => return code,
+    };
+    for (token, hint) in pairs {
+        if let Err(e) = oauth::revoke(
+            &connector,
+            config.endpoints.revoke(),
+            token.expose(),
+            hint,
+            &config.oauth_client_id,
+        ) {
+            return incomplete(
+                stderr,
+                &format!("revoking the {} failed: {e}", hint.replace('_', " ")),
+            );
         }
     }
     if let Err(e) = selected.store.clear_tokens() {

@@ -97,6 +97,16 @@ pub enum ConfigError {
         /// Where the value came from.
         source: Source,
     },
+    /// A switch of a capability this build does not implement is on
+    /// ([`unavailable_feature`](super::unavailable_feature)).
+    Unavailable {
+        /// The configuration key.
+        key: &'static str,
+        /// Where the value came from.
+        source: Source,
+        /// What it would turn on, e.g. "computer use".
+        feature: &'static str,
+    },
     /// A programmatic override names a key that does not exist.
     UnknownOverride {
         /// The unknown key.
@@ -171,6 +181,14 @@ impl fmt::Display for ConfigError {
             ConfigError::NotUnicode { key, source } => {
                 write!(f, "{} (from {source}) is not valid UTF-8", escaped(key))
             }
+            ConfigError::Unavailable {
+                key,
+                source,
+                feature,
+            } => write!(
+                f,
+                "{feature} is not available in this build: {key} (from {source}) must not be switched on"
+            ),
             ConfigError::UnknownOverride { key } => {
                 write!(f, "unknown configuration key {}", escaped(key))
             }

@@ -109,11 +109,14 @@ pub struct Settings {
     pub audit_log_path: PathBuf,
     /// `enable_shell`.
     pub enable_shell: bool,
-    /// `enable_computer_use`.
+    /// `enable_computer_use`: always false in this build, which refuses to switch it
+    /// on ([`unavailable_feature`]).
     pub enable_computer_use: bool,
-    /// `enable_local_llm`.
+    /// `enable_local_llm`: always false in this build, which refuses to switch it
+    /// on ([`unavailable_feature`]).
     pub enable_local_llm: bool,
-    /// `enable_hardware`.
+    /// `enable_hardware`: always false in this build, which refuses to switch it
+    /// on ([`unavailable_feature`]).
     pub enable_hardware: bool,
     /// `max_concurrent` (> 0): local ceiling of concurrent requests.
     pub max_concurrent: u32,
@@ -135,9 +138,11 @@ pub struct Settings {
     pub ollama_url: String,
     /// `max_screenshots_per_minute` (> 0).
     pub max_screenshots_per_minute: u32,
-    /// `enable_clipboard`.
+    /// `enable_clipboard`: always false in this build, which refuses to switch it
+    /// on ([`unavailable_feature`]).
     pub enable_clipboard: bool,
-    /// `enable_clipboard_read_foreign`.
+    /// `enable_clipboard_read_foreign`: always false in this build, which refuses to switch it
+    /// on ([`unavailable_feature`]).
     pub enable_clipboard_read_foreign: bool,
     /// `enable_recording`: design preview; `start` refuses to run with it.
     pub enable_recording: bool,
@@ -443,10 +448,10 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         display_name: display_name.value,
         allowed_root,
         audit_log_path,
-        enable_shell: layers.bool("enable_shell", false)?.value,
-        enable_computer_use: layers.bool("enable_computer_use", false)?.value,
-        enable_local_llm: layers.bool("enable_local_llm", false)?.value,
-        enable_hardware: layers.bool("enable_hardware", false)?.value,
+        enable_shell: switch(&layers, "enable_shell")?,
+        enable_computer_use: switch(&layers, "enable_computer_use")?,
+        enable_local_llm: switch(&layers, "enable_local_llm")?,
+        enable_hardware: switch(&layers, "enable_hardware")?,
         max_concurrent: positive(&layers, "max_concurrent", 4)?,
         max_concurrent_commands: positive(&layers, "max_concurrent_commands", 10)?,
         command_timeout_seconds: positive(&layers, "command_timeout_seconds", 30)?,
@@ -459,9 +464,9 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         reconnect_jitter_seconds: seconds(&layers, "reconnect_jitter_seconds", 5.0, 0.0)?,
         ollama_url: ollama_url.value.trim_end_matches('/').to_owned(),
         max_screenshots_per_minute: positive(&layers, "max_screenshots_per_minute", 10)?,
-        enable_clipboard: layers.bool("enable_clipboard", false)?.value,
-        enable_clipboard_read_foreign: layers.bool("enable_clipboard_read_foreign", false)?.value,
-        enable_recording: layers.bool("enable_recording", false)?.value,
+        enable_clipboard: switch(&layers, "enable_clipboard")?,
+        enable_clipboard_read_foreign: switch(&layers, "enable_clipboard_read_foreign")?,
+        enable_recording: switch(&layers, "enable_recording")?,
         recording_buffer_dir,
         recording_default_interpretation_route: layers
             .string(
@@ -598,6 +603,44 @@ fn default_display_name(hostname: &str) -> String {
         "localhost".to_owned()
     } else {
         name
+    }
+}
+
+/// Switches of capabilities this build does not implement (CAPABILITIES.md
+/// §2), each with the feature it would turn on. Accepting one would promise
+/// the user a capability that is never served, so switched on in any source
+/// it is refused like an invalid value. An entry leaves this list when its
+/// feature arrives.
+const UNAVAILABLE: &[(&str, &str)] = &[
+    ("enable_computer_use", "computer use"),
+    ("enable_clipboard", "clipboard access"),
+    (
+        "enable_clipboard_read_foreign",
+        "reading clipboard content the shim did not write",
+    ),
+    ("enable_local_llm", "the local LLM"),
+    ("enable_hardware", "hardware access"),
+];
+
+/// The feature the switch `key` would turn on when this build does not
+/// implement it; `None` for every other key.
+pub fn unavailable_feature(key: &str) -> Option<&'static str> {
+    UNAVAILABLE
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, feature)| *feature)
+}
+
+/// A boolean switch; one of an unavailable feature must stay off.
+fn switch(layers: &Layers, key: &'static str) -> Result<bool, ConfigError> {
+    let setting = layers.bool(key, false)?;
+    match unavailable_feature(key) {
+        Some(feature) if setting.value => Err(ConfigError::Unavailable {
+            key,
+            source: setting.source,
+            feature,
+        }),
+        _ => Ok(setting.value),
     }
 }
 

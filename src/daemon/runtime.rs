@@ -5,7 +5,9 @@
 //!
 //! This module owns the order of the connection's internal audit records
 //! (`WS_CONNECTED`, `CONFIG_RELOADED`, `SESSION_REVOKED`,
-//! `WS_DISCONNECTED`) and the reconnect decision. It never retries a
+//! `WS_DISCONNECTED`) and the reconnect decision. An attempt that never
+//! became a connection has no `WS_CONNECTED`, and its `WS_DISCONNECTED`
+//! says that it failed (`ok: false`), never that a connection ended. It never retries a
 //! terminal condition, retries a refusal of the platform only
 //! [`REFUSAL_RETRIES`] times, never sends the token anywhere but the upgrade
 //! request of the configured URL, and stops at the first audit write that
@@ -27,7 +29,7 @@ use super::link::{LinkIn, LinkOut};
 use super::pool::WorkerThreads;
 use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};
 use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
-use crate::audit::{Details, Entry};
+use crate::audit::{Details, Entry, Outcome};
 use crate::log::Log;
 use crate::protocol::{
     self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
@@ -304,9 +306,10 @@ fn attempt_once(
     session
         .log
         .info(COMPONENT, format!("connecting to {}", session.url));
+    let started = Instant::now();
     let connection = match session.connector.connect(&session.url, token.as_ref()) {
         Ok(connection) => connection,
-        Err(e) => return upgrade_failed(session, &e, token.as_ref(), is_retry),
+        Err(e) => return upgrade_failed(session, &e, token.as_ref(), is_retry, started),
     };
     drop(token);
     if !record(
@@ -378,11 +381,13 @@ fn describe(kind: &ConnectionKind) -> String {
 }
 
 /// The upgrade failed: decide between renewal, backoff and a terminal end.
+/// `started` is when the attempt began.
 fn upgrade_failed(
     session: &Session,
     error: &TransportError,
     token: Option<&Zeroizing<String>>,
     is_retry: bool,
+    started: Instant,
 ) -> Next {
     session
         .log
@@ -395,12 +400,7 @@ fn upgrade_failed(
                 connection: session.plane.kind(),
                 reason: error.platform_reason().map(str::to_owned),
             };
-            disconnect_with(
-                session,
-                &error.audit_reason(),
-                error.platform_reason(),
-                Next::Refused(refusal),
-            )
+            attempt_failed(session, error, started, Next::Refused(refusal))
         }
         Disposition::RefreshToken if is_retry => Next::End(RuntimeEnd::AuthFailed(format!(
             "the platform refused the renewed access token ({error}); run autogpt-shim auth"
@@ -409,17 +409,12 @@ fn upgrade_failed(
             Renewal::Retry(token) => Next::Retry(token),
             Renewal::Transient(why) => {
                 session.log.warn(COMPONENT, why);
-                disconnect_with(
-                    session,
-                    &error.audit_reason(),
-                    error.platform_reason(),
-                    Next::Backoff,
-                )
+                attempt_failed(session, error, started, Next::Backoff)
             }
             Renewal::Definitive(why) => Next::End(RuntimeEnd::CredentialsRefused(why)),
             Renewal::AuditFailed => Next::End(RuntimeEnd::AuditFailed),
         },
-        Disposition::Transient => disconnect(session, &error.audit_reason(), Next::Backoff),
+        Disposition::Transient => attempt_failed(session, error, started, Next::Backoff),
     }
 }
 
@@ -627,11 +622,52 @@ fn disconnect_with(
     platform_reason: Option<&str>,
     next: Next,
 ) -> Next {
+    disconnected(session, reason, platform_reason, Outcome::default(), next)
+}
+
+/// `WS_DISCONNECTED` for an attempt that failed before there was a
+/// connection — DNS, TCP, proxy, TLS (a pin mismatch too), an upgrade
+/// refused or answered wrongly — then goes on with `next`.
+///
+/// PROTOCOL.md §1.2a wants such an attempt audited under this op (a pin
+/// mismatch "is audited as `WS_DISCONNECTED`"), and the reason names the
+/// failure; but with the default result the record would read like the
+/// orderly end of a working connection. No `WS_CONNECTED` precedes it, and
+/// its result says what happened: `ok: false`, with the attempt's duration
+/// (a timeout shows as such). A connection that did open and then ended
+/// keeps the default result.
+fn attempt_failed(session: &Session, error: &TransportError, started: Instant, next: Next) -> Next {
+    let failed = Outcome {
+        ok: false,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        ..Outcome::default()
+    };
+    disconnected(
+        session,
+        &error.audit_reason(),
+        error.platform_reason(),
+        failed,
+        next,
+    )
+}
+
+/// Writes `WS_DISCONNECTED {reason, platform_reason?}` with `result`.
+fn disconnected(
+    session: &Session,
+    reason: &str,
+    platform_reason: Option<&str>,
+    result: Outcome,
+    next: Next,
+) -> Next {
     let mut details = Details::new().with("reason", json!(reason));
     if let Some(text) = platform_reason {
         details = details.with("platform_reason", json!(text));
     }
-    if record(session, "WS_DISCONNECTED", details) {
+    let entry = Entry {
+        result,
+        ..Entry::event("WS_DISCONNECTED", details)
+    };
+    if write(session, entry) {
         next
     } else {
         Next::End(RuntimeEnd::AuditFailed)
@@ -652,7 +688,14 @@ fn revoked_by_close(session: &Session, terminal: TerminalClose) -> bool {
 
 /// Writes an internal event and waits until it is durable.
 fn record(session: &Session, op: &str, details: Details) -> bool {
-    let ok = session.audit.write(Entry::event(op, details));
+    write(session, Entry::event(op, details))
+}
+
+/// Writes `entry` and waits until it is durable; false (and a log line)
+/// when it could not be written.
+fn write(session: &Session, entry: Entry) -> bool {
+    let op = entry.op.clone();
+    let ok = session.audit.write(entry);
     if !ok {
         session.log.error(
             COMPONENT,
