@@ -208,7 +208,7 @@ fn endpoint(oauth: &OAuthEmulator) -> TokenEndpoint {
 
 fn audit_sink(dir: &std::path::Path) -> AuditSink {
     let (log, _thread) = autogpt_shim::audit::AuditLog::open(
-        autogpt_shim::audit::writer::WriterOptions::new(dir.join("audit.log"), "test"),
+        autogpt_shim::audit::WriterOptions::new(dir.join("audit.log"), "test"),
         autogpt_shim::audit::AuditKey::new(vec![1; 32]).unwrap(),
     )
     .unwrap();

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use autogpt_shim::audit::writer::WriterOptions;
-use autogpt_shim::audit::{AuditKey, AuditLog};
+use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
 use autogpt_shim::config::{Endpoints, Platform};
 use autogpt_shim::control::bindings::Revisions;
 use autogpt_shim::control::children::{ChildTemplate, Children};
