@@ -7,7 +7,7 @@ mod start_support;
 
 use std::sync::Arc;
 
-use autogpt_shim::auth::refresh::{StoredCredentials, TokenEndpoint};
+use autogpt_shim::auth::{StoredCredentials, TokenEndpoint};
 use autogpt_shim::daemon::runtime::{Credentials, Renewal};
 use autogpt_shim::daemon::session::AuditSink;
 use autogpt_shim::secrets::SecretString;
