@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
 use autogpt_shim::config::{Endpoints, Platform};
-use autogpt_shim::control::bindings::Revisions;
-use autogpt_shim::control::children::{ChildTemplate, Children};
-use autogpt_shim::control::grant::GrantKey;
-use autogpt_shim::control::plane::{ControlPlane, ControlSettings};
+use autogpt_shim::control::{
+    ChildTemplate, Children, ControlPlane, ControlSettings, GrantKey, Revisions,
+};
 use autogpt_shim::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
 use autogpt_shim::daemon::handlers::CommandGate;
 use autogpt_shim::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits};
