@@ -8,8 +8,7 @@ mod start_support;
 use std::sync::Arc;
 
 use autogpt_shim::auth::{StoredCredentials, TokenEndpoint};
-use autogpt_shim::daemon::runtime::{Credentials, Renewal};
-use autogpt_shim::daemon::session::AuditSink;
+use autogpt_shim::daemon::{AuditSink, Credentials, Renewal};
 use autogpt_shim::secrets::SecretString;
 use autogpt_shim::transport::{Connector, ProxyConfig};
 use autogpt_shim_emulator::oauth::form_fields;

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::daemon::OperationError;
 use autogpt_shim::exec::{CANCELLED, run};
 use autogpt_shim::protocol::ErrorCode;
 use exec_support::*;

@@ -40,6 +40,7 @@ impl RollingWindow {
     }
 
     /// The configured limit.
+    #[cfg(test)]
     pub fn limit(&self) -> u32 {
         self.limit
     }
@@ -62,6 +63,7 @@ impl RollingWindow {
     }
 
     /// How many events count at `now`.
+    #[cfg(test)]
     pub fn count(&mut self, now: Instant) -> usize {
         self.expire(now);
         self.events.len()
