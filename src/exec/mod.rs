@@ -9,14 +9,20 @@
 //! and keys stay in the shim), and never starts a command anywhere but in
 //! the directory the jail opened.
 
-pub mod cancel;
-pub mod env;
-pub mod output;
-pub mod run;
-pub mod shell;
-pub mod spawner;
+mod cancel;
+mod env;
+mod output;
+pub(crate) mod run;
+mod shell;
+pub(crate) mod spawner;
 
+/// The flag that cancels a running command.
 pub use cancel::Cancel;
+/// The output budget: the cap on a stream's text and the truncation marker.
+pub use output::{MARKER, TEXT_CAP};
+/// Killing a command's process group, and whether it is gone.
+pub use run::{group_gone, terminate_group};
+/// The handle to the spawner process that starts the commands.
 pub use spawner::Spawner;
 
 use std::ffi::{OsStr, OsString};
