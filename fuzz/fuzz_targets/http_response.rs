@@ -4,7 +4,7 @@
 //! framing (`Content-Length`, chunked, or until the end).
 #![no_main]
 
-use autogpt_shim::transport::http::parse_response;
+use autogpt_shim::transport::parse_response;
 use libfuzzer_sys::fuzz_target;
 
 /// The bound the OAuth client reads its responses with.
