@@ -29,10 +29,12 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-pub use args::{
-    Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals, session_id_value,
-};
-pub use audit::{AuditCommand, parse_duration, tail_line};
+/// The parsed command line and the parsers that produce it.
+pub use args::{Command, Globals, Parsed, UsageError, parse, parse_globals};
+/// The `audit` subcommands.
+pub use audit::AuditCommand;
+
+use args::Invocation;
 
 use crate::config::{self, Config, ConfigError, Overrides};
 use crate::exit;
