@@ -153,8 +153,8 @@ pub struct CommandOutcome {
     /// What to audit: [`Audit::Command`] or [`Audit::JailViolation`].
     pub audit: Audit,
     /// The command's process group when members remain after it finished
-    /// (see [`run::Finished::leftover_group`]); the owner terminates it
-    /// with [`run::terminate_group`] when the session or the shim stops.
+    /// (see `run::Finished::leftover_group`); the owner terminates it
+    /// with [`terminate_group`] when the session or the shim stops.
     pub leftover_group: Option<Pid>,
     /// The command was cancelled (connection closed, session stopped,
     /// shutdown): `reply` holds [`ExecError::Cancelled`] for the audit record,

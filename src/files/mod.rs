@@ -12,13 +12,14 @@
 //! daemon's handler layer maps it to its `ERROR` (code, message, `details`)
 //! in one place.
 
-/// The base64 codec of file contents; its `encode` and `decode_strict` read
-/// best with the module's name in front.
+// Public as a module, not re-exported: `encode` and `decode_strict` read
+// right only with `base64::` in front.
 pub mod base64;
 mod delete;
 mod glob;
 mod list;
-/// The `mime_type` guess of FILE_STAT, a pure function of a file name.
+// Public as a module, not re-exported: `guess` reads right only with
+// `mime::` in front.
 pub mod mime;
 mod moves;
 mod read;

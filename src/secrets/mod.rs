@@ -19,8 +19,8 @@
 //! cannot decrypt, and never put a secret into a message or `Debug` output.
 
 mod audit_key;
-/// The byte format of `tokens.enc`; its `open` and `seal` read right only
-/// with the module's name in front.
+// Public as a module, not re-exported: `open` and `seal` read right only
+// with `container::` in front.
 pub mod container;
 mod error;
 mod file;
@@ -100,7 +100,7 @@ impl SecretStore {
     /// Probes the keychain (one read of `access_token`) and selects the
     /// store: the keychain when it answers, else `tokens.enc` with the
     /// passphrase from its file, the systemd credential or
-    /// `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE` ([`passphrase`]).
+    /// `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE` (`passphrase`).
     pub fn select(paths: &OsPaths, env: &Environment) -> Result<Selected, SecretError> {
         SecretStore::select_with(Keychain::probe(), paths, env)
     }

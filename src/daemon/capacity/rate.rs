@@ -199,7 +199,7 @@ impl MachineLimits {
         }
     }
 
-    /// Commands currently holding a [`CommandSlot`].
+    /// Commands currently holding a `CommandSlot`.
     pub fn active_commands(&self) -> u32 {
         lock(&self.shared.state).active_commands
     }
