@@ -24,15 +24,21 @@
 //! * [`secrets`] — the token and audit-key store: OS keychain or `tokens.enc`.
 //! * [`timefmt`] — civil dates, the audit log's time stamps and the local
 //!   UTC offset from the TZif database, without libc.
-//! * [`text`] — untrusted text made safe to show on one line.
+//! * `text` — untrusted text made safe to show on one line.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
-//! * [`sys`] — the few C library calls std and rustix lack (blocking and
+//! * `sys` — the few C library calls std and rustix lack (blocking and
 //!   waiting for termination signals, the commands' pre-exec hook).
 //!
-//! `unsafe` appears only in the small [`sys`] module, where the operating
+//! The public surface exists for the binary, the integration tests, the
+//! benches, the example and the fuzz targets, and is not a stable API. The
+//! modules beneath the top level are private to the crate, save three small
+//! codecs (`files::base64`, `files::mime`, `secrets::container`); what those
+//! callers need is re-exported from the top-level modules.
+//!
+//! `unsafe` appears only in the small `sys` module, where the operating
 //! system forces it, with a `SAFETY` comment per block. Every other module
 //! forbids it below, for its whole tree, so no inner attribute can allow it
-//! again; the crate-wide `deny` leaves the one `allow` in [`sys`] possible.
+//! again; the crate-wide `deny` leaves the one `allow` in `sys` possible.
 #![deny(unsafe_code)]
 
 #[forbid(unsafe_code)]
@@ -61,9 +67,9 @@ pub mod log;
 pub mod protocol;
 #[forbid(unsafe_code)]
 pub mod secrets;
-pub mod sys;
+pub(crate) mod sys;
 #[forbid(unsafe_code)]
-pub mod text;
+pub(crate) mod text;
 #[forbid(unsafe_code)]
 pub mod timefmt;
 #[forbid(unsafe_code)]

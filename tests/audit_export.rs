@@ -9,9 +9,8 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use autogpt_shim::audit::AuditKey;
-use autogpt_shim::audit::export::{
-    Crc32, ExportOptions, ManifestEntry, ZipWriter, export, manifest_json,
+use autogpt_shim::audit::{
+    AuditKey, Crc32, ExportOptions, ManifestEntry, ZipWriter, export, manifest_json,
 };
 use autogpt_shim::timefmt::Civil;
 
@@ -219,7 +218,7 @@ fn export_reports_progress_up_to_the_total_size_of_the_logs() {
     let total = fs::metadata(spec_log()).unwrap().len() * 2;
     let mut seen = Vec::new();
     let out = tmp.path().join("bundle.zip");
-    autogpt_shim::audit::export::export_with_progress(
+    autogpt_shim::audit::export_with_progress(
         &[spec_log(), second],
         &out,
         &key(),

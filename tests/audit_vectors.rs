@@ -8,8 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use autogpt_shim::audit::canonical::repr_f64;
-use autogpt_shim::audit::{AuditKey, Details, Outcome, Record, verify_bytes};
+use autogpt_shim::audit::{AuditKey, Details, Outcome, Record, repr_f64, verify_bytes};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -371,7 +370,7 @@ fn deleting_or_reordering_records_or_truncating_is_caught() {
 
 #[test]
 fn export_manifest_vector_matches_the_implementation_and_the_log() {
-    use autogpt_shim::audit::export::{ManifestEntry, manifest_json};
+    use autogpt_shim::audit::{ManifestEntry, manifest_json};
     let manifest = std::fs::read_to_string(vectors().join("export/manifest.json")).unwrap();
     let sig = std::fs::read_to_string(vectors().join("export/manifest.sig")).unwrap();
     assert_eq!(manifest.len(), 206);

@@ -12,9 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use autogpt_shim::audit::anchor::Anchor;
 use autogpt_shim::audit::{
-    AuditError, AuditKey, AuditLog, Details, Entry, Outcome, RotateReason, WriterOptions,
+    Anchor, AuditError, AuditKey, AuditLog, Details, Entry, Outcome, RotateReason, WriterOptions,
     WriterThread, verify_bytes,
 };
 use serde_json::{Value, json};

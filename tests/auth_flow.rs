@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use autogpt_shim::auth::pkce::challenge;
+use autogpt_shim::auth::challenge;
 use autogpt_shim::secrets::Tokens;
 use autogpt_shim_emulator::oauth::{form_fields, json_members, visit};
 use autogpt_shim_emulator::{OAuthEmulator, RevokeBehaviour, TokenBehaviour};
@@ -451,8 +451,7 @@ fn status_reports_configuration_tokens_and_daemon_without_secrets() {
 
 #[test]
 fn callback_listener_gives_up_after_its_deadline() {
-    use autogpt_shim::auth::callback::{Callback, Listener};
-    use autogpt_shim::auth::pkce::Pkce;
+    use autogpt_shim::auth::{Callback, Listener, Pkce};
     let listener = Listener::bind(port_block()).unwrap();
     let pkce = Pkce::generate().unwrap();
     assert!(matches!(
@@ -463,8 +462,7 @@ fn callback_listener_gives_up_after_its_deadline() {
 
 #[test]
 fn callback_listener_answers_other_methods_with_501_and_keeps_waiting() {
-    use autogpt_shim::auth::callback::{Callback, Listener};
-    use autogpt_shim::auth::pkce::Pkce;
+    use autogpt_shim::auth::{Callback, Listener, Pkce};
     use autogpt_shim_emulator::oauth::http_request;
     let listener = Listener::bind(port_block()).unwrap();
     let port = listener.port();
@@ -634,8 +632,7 @@ fn auth_closes_a_connection_whose_request_head_takes_longer_than_ten_seconds() {
 
 #[test]
 fn callback_listener_ends_at_its_deadline_while_a_connection_trickles() {
-    use autogpt_shim::auth::callback::{Callback, Listener};
-    use autogpt_shim::auth::pkce::Pkce;
+    use autogpt_shim::auth::{Callback, Listener, Pkce};
     let listener = Listener::bind(port_block()).unwrap();
     let port = listener.port();
     let pkce = Pkce::generate().unwrap();

@@ -7,9 +7,8 @@ mod start_support;
 
 use std::sync::Arc;
 
-use autogpt_shim::auth::refresh::{StoredCredentials, TokenEndpoint};
-use autogpt_shim::daemon::runtime::{Credentials, Renewal};
-use autogpt_shim::daemon::session::AuditSink;
+use autogpt_shim::auth::{StoredCredentials, TokenEndpoint};
+use autogpt_shim::daemon::{AuditSink, Credentials, Renewal};
 use autogpt_shim::secrets::SecretString;
 use autogpt_shim::transport::{Connector, ProxyConfig};
 use autogpt_shim_emulator::oauth::form_fields;
@@ -208,7 +207,7 @@ fn endpoint(oauth: &OAuthEmulator) -> TokenEndpoint {
 
 fn audit_sink(dir: &std::path::Path) -> AuditSink {
     let (log, _thread) = autogpt_shim::audit::AuditLog::open(
-        autogpt_shim::audit::writer::WriterOptions::new(dir.join("audit.log"), "test"),
+        autogpt_shim::audit::WriterOptions::new(dir.join("audit.log"), "test"),
         autogpt_shim::audit::AuditKey::new(vec![1; 32]).unwrap(),
     )
     .unwrap();

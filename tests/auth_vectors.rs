@@ -2,8 +2,9 @@
 //! bodies; and the callback's query rules.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use autogpt_shim::auth::oauth::{authorize_url, exchange_body, refresh_body, revoke_body};
-use autogpt_shim::auth::pkce::{Pkce, challenge};
+use autogpt_shim::auth::{
+    Pkce, authorize_url, challenge, exchange_body, refresh_body, revoke_body,
+};
 use autogpt_shim::config::Endpoints;
 
 const RFC_VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";

@@ -141,7 +141,7 @@ fn a_folder_whose_path_the_platform_refuses_cannot_be_attached_to_a_chat() {
 
 #[test]
 fn a_grant_for_a_folder_whose_path_the_platform_refuses_is_not_restored() {
-    use autogpt_shim::control::grant::{Claims, GrantKey, fingerprint, sign};
+    use autogpt_shim::control::{Claims, GrantKey, fingerprint, sign};
     use autogpt_shim::secrets::KeyCheck;
     use std::os::unix::fs::MetadataExt;
 

@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use autogpt_shim::control::bindings::{
+use autogpt_shim::control::{
     BINDING_CAP, Binding, Bindings, REVISION_CAP, REVISIONS_FILE, RevisionError, Revisions,
     StoreFull,
 };

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use autogpt_shim::control::browse::{
+use autogpt_shim::control::{
     BROWSE_LIFETIME, BrowseError, Browser, CURSOR_INVALID, NOT_ACCESSIBLE, REFERENCE_INVALID,
     RootSources,
 };

@@ -11,19 +11,16 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use autogpt_shim::audit::writer::WriterOptions;
-use autogpt_shim::audit::{AuditKey, AuditLog};
+use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
 use autogpt_shim::config::{Endpoints, Platform};
-use autogpt_shim::control::bindings::Revisions;
-use autogpt_shim::control::children::{ChildTemplate, Children};
-use autogpt_shim::control::grant::GrantKey;
-use autogpt_shim::control::plane::{ControlPlane, ControlSettings};
-use autogpt_shim::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
-use autogpt_shim::daemon::handlers::CommandGate;
-use autogpt_shim::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits};
-use autogpt_shim::daemon::pool::{WORKERS, WorkerThreads};
-use autogpt_shim::daemon::runtime::{Credentials, Plane, Renewal};
-use autogpt_shim::daemon::session::{DataPlane, Serving};
+use autogpt_shim::control::{
+    ChildTemplate, Children, ControlPlane, ControlSettings, GrantKey, Revisions,
+};
+use autogpt_shim::daemon::{
+    self, CommandGate, ConnectionKind, Credentials, DataPlane, Gates, Identity, Limits,
+    MachineLimitSettings, MachineLimits, MachineWorkPool, Plane, Renewal, Serving, WORKERS,
+    WorkerThreads,
+};
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::JailOptions;
 use autogpt_shim::log::Log;
@@ -44,11 +41,7 @@ impl Credentials for NoToken {
     fn access_token(&self) -> Result<Option<Zeroizing<String>>, String> {
         Ok(None)
     }
-    fn renew(
-        &self,
-        _rejected: Option<&Zeroizing<String>>,
-        _audit: &autogpt_shim::daemon::session::AuditSink,
-    ) -> Renewal {
+    fn renew(&self, _rejected: Option<&Zeroizing<String>>, _audit: &daemon::AuditSink) -> Renewal {
         Renewal::Definitive("no token in this test".into())
     }
 }
@@ -59,7 +52,7 @@ struct Fixture {
     audit_path: PathBuf,
     emulator: Emulator,
     plane: Arc<ControlPlane>,
-    requests: Arc<dyn autogpt_shim::daemon::session::ControlRequests>,
+    requests: Arc<dyn daemon::ControlRequests>,
 }
 
 fn fixture() -> Fixture {
@@ -91,7 +84,7 @@ fn fixture() -> Fixture {
         connector: Arc::new(connector),
         credentials: Arc::new(NoToken),
         identity: identity.clone(),
-        advertised: handshake::advertised_capabilities(&Gates::default(), &data_kind),
+        advertised: daemon::advertised_capabilities(&Gates::default(), &data_kind),
         backoff: Backoff {
             base: 0.05,
             max_delay: 0.2,

@@ -6,10 +6,9 @@
 use std::path::Path;
 
 use autogpt_shim::audit::AuditKey;
-use autogpt_shim::control::folder::{FolderError, canonical_accessible, verify_folder};
-use autogpt_shim::control::grant::{
-    self, Accepted, Claims, DirIdentity, GrantError, GrantKey, claims_json, fingerprint, sign,
-    verify,
+use autogpt_shim::control::{
+    Accepted, Claims, DirIdentity, FolderError, GrantError, GrantKey, canonical_accessible,
+    claims_json, fingerprint, sign, verify, verify_folder,
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -264,7 +263,7 @@ fn fingerprint_of_a_live_folder_uses_its_device_inode_and_path() {
     let meta = std::fs::metadata(tmp.path()).unwrap();
     assert_eq!(
         live.fingerprint(),
-        grant::fingerprint(&meta.dev().to_string(), meta.ino(), &live.text)
+        fingerprint(&meta.dev().to_string(), meta.ino(), &live.text)
     );
 }
 

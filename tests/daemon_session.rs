@@ -13,10 +13,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use autogpt_shim::audit::{AuditKey, AuditLog, WriterOptions};
-use autogpt_shim::daemon::handlers::CommandGate;
-use autogpt_shim::daemon::pool::{WORKERS, WorkerThreads};
-use autogpt_shim::daemon::session::{
-    self, AuditSink, DataPlane, End, Ended, Inbound, Outbound, Serving, Setup,
+use autogpt_shim::daemon::{
+    self, AuditSink, CommandGate, DataPlane, End, Ended, Inbound, Outbound, Serving, Setup,
+    WORKERS, WorkerThreads,
 };
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::{Jail, JailOptions};
@@ -150,7 +149,7 @@ fn start(granted: &[&str], shell_enabled: bool, max_concurrent: u64) -> Fx {
     let (tx, from_shim) = unbounded();
     let served = std::thread::spawn(move || {
         let pool = WorkerThreads::new(WORKERS).unwrap();
-        session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
+        daemon::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
     });
     Fx {
         _tmp: tmp,
@@ -427,7 +426,7 @@ fn a_failed_write_ends_the_connection_without_waiting_for_the_platform() {
     drop(from_shim);
     let served = std::thread::spawn(move || {
         let pool = WorkerThreads::new(WORKERS).unwrap();
-        session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
+        daemon::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
     });
     let ping = json!({"type": "PING", "id": "p", "ts": 1.0});
     to_shim.send(Ok(ping.to_string().into_bytes())).unwrap();
@@ -453,7 +452,7 @@ fn a_failed_write_ends_the_connection_without_waiting_for_the_platform() {
 /// its CA file, the session serves what the emulator asks.
 #[test]
 fn file_operations_round_trip_over_tls_through_the_emulator() {
-    use autogpt_shim::daemon::link::{LinkIn, LinkOut};
+    use autogpt_shim::daemon::{LinkIn, LinkOut};
     use autogpt_shim::transport::{Connector, Incoming, ProxyConfig};
     use autogpt_shim_emulator::{Emulator, EmulatorOptions, HelloAck};
 
@@ -490,7 +489,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
         assert_eq!(ack["type"], "HELLO_ACK");
         let stop = Arc::new(AtomicBool::new(false));
         let pool = WorkerThreads::new(WORKERS).unwrap();
-        session::serve(
+        daemon::serve(
             setup,
             &pool,
             LinkIn::new(reader, writer.clone()),
@@ -533,7 +532,7 @@ fn file_operations_round_trip_over_tls_through_the_emulator() {
 
 #[test]
 fn command_over_the_rate_limit_is_refused_and_audited_with_duration_zero() {
-    use autogpt_shim::daemon::capacity::{MachineLimitSettings, MachineLimits};
+    use autogpt_shim::daemon::{MachineLimitSettings, MachineLimits};
     let tmp = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(tmp.path()).unwrap();
     let limits = MachineLimits::new(MachineLimitSettings {
@@ -546,7 +545,7 @@ fn command_over_the_rate_limit_is_refused_and_audited_with_duration_zero() {
     let (tx, from_shim) = unbounded();
     let served = std::thread::spawn(move || {
         let pool = WorkerThreads::new(WORKERS).unwrap();
-        session::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
+        daemon::serve(setup, &pool, MemIn(rx), MemOut(tx), &AtomicBool::new(false))
     });
     let fx = Fx {
         _tmp: tmp,

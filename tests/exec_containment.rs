@@ -15,8 +15,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autogpt_shim::daemon::handlers::OperationError;
-use autogpt_shim::exec::{CANCELLED, run};
+use autogpt_shim::daemon::OperationError;
+use autogpt_shim::exec::{CANCELLED, group_gone};
 use autogpt_shim::protocol::ErrorCode;
 use exec_support::*;
 
@@ -186,9 +186,7 @@ fn cancelled_command_is_terminated_and_reports_no_result() {
         .trim()
         .parse()
         .unwrap();
-    assert!(run::group_gone(
-        rustix::process::Pid::from_raw(pid).unwrap()
-    ));
+    assert!(group_gone(rustix::process::Pid::from_raw(pid).unwrap()));
 }
 
 #[test]
@@ -230,7 +228,7 @@ fn command_dies_and_reports_when_the_spawner_is_killed() {
         .unwrap();
     // The parent-death signal killed the leader, the shim its group (the
     // background job included).
-    assert!(wait_until(Duration::from_secs(3), || run::group_gone(
+    assert!(wait_until(Duration::from_secs(3), || group_gone(
         rustix::process::Pid::from_raw(pid).unwrap()
     )));
     let bg: i32 = std::fs::read_to_string(root.join("bg"))

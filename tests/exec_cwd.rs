@@ -7,7 +7,7 @@
 
 mod exec_support;
 
-use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::daemon::OperationError;
 use autogpt_shim::files::Audit;
 use autogpt_shim::jail::RejectionKind;
 use autogpt_shim::protocol::{ErrorCode, MessageType};

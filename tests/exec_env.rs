@@ -9,7 +9,7 @@ mod exec_support;
 
 use std::collections::BTreeMap;
 
-use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::daemon::OperationError;
 use autogpt_shim::protocol::ErrorCode;
 use exec_support::*;
 

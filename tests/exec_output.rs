@@ -9,7 +9,7 @@ mod exec_support;
 
 use std::time::{Duration, Instant};
 
-use autogpt_shim::exec::output::{MARKER, TEXT_CAP};
+use autogpt_shim::exec::{MARKER, TEXT_CAP};
 use exec_support::*;
 
 const MARKER_TEXT: &str = "\n[command output truncated]\n";

@@ -6,7 +6,7 @@
 
 mod exec_support;
 
-use autogpt_shim::daemon::handlers::OperationError;
+use autogpt_shim::daemon::OperationError;
 use autogpt_shim::exec::EXACTLY_ONE;
 use autogpt_shim::protocol::{ErrorCode, Shell};
 use exec_support::*;

@@ -9,7 +9,7 @@ mod exec_support;
 
 use std::time::{Duration, Instant};
 
-use autogpt_shim::exec::run;
+use autogpt_shim::exec::{group_gone, terminate_group};
 use exec_support::*;
 use rustix::process::Pid;
 
@@ -142,9 +142,9 @@ fn leftover_pipe_holders_delay_the_reply_by_at_most_two_seconds() {
     assert!(alive(bg));
     let leftover = out.leftover_group.unwrap();
     assert_eq!(leftover, Pid::from_raw(group).unwrap());
-    run::terminate_group(leftover);
+    terminate_group(leftover);
     assert!(wait_gone(bg));
-    assert!(run::group_gone(leftover));
+    assert!(group_gone(leftover));
 }
 
 #[test]
@@ -154,7 +154,7 @@ fn terminate_group_escalates_to_sigkill() {
     let bg: i32 = result(&out).stdout.trim().parse().unwrap();
     let leftover = out.leftover_group.unwrap();
     let started = Instant::now();
-    run::terminate_group(leftover);
+    terminate_group(leftover);
     let took = started.elapsed();
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(3),

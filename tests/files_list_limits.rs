@@ -8,9 +8,8 @@
 
 use std::path::PathBuf;
 
-use autogpt_shim::daemon::handlers::OperationError;
-use autogpt_shim::files::glob::MAX_GLOB_CHARS;
-use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
+use autogpt_shim::daemon::OperationError;
+use autogpt_shim::files::{self, Audit, FileContext, FileOutcome, MAX_GLOB_CHARS};
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{ErrorCode, FileList, Message};
 use rustix::fs::Mode;

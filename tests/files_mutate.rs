@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use autogpt_shim::daemon::handlers::OperationError;
-use autogpt_shim::daemon::handlers::rejection_code;
+use autogpt_shim::daemon::{OperationError, rejection_code};
 use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
 use autogpt_shim::jail::RejectionKind;
 use autogpt_shim::jail::{Jail, JailOptions, Resolver};

@@ -8,8 +8,7 @@
 use std::time::{Duration, Instant};
 
 use autogpt_shim::files::base64::{self, Base64Error};
-use autogpt_shim::files::glob::{GlobTooLong, MAX_GLOB_CHARS, Pattern};
-use autogpt_shim::files::mime;
+use autogpt_shim::files::{GlobTooLong, MAX_GLOB_CHARS, Pattern, mime};
 
 // ---- mime: the stable core the specification names ---------------------------
 

@@ -9,7 +9,7 @@
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use autogpt_shim::daemon::handlers::{OperationError, rejection_code};
+use autogpt_shim::daemon::{OperationError, rejection_code};
 use autogpt_shim::files::{self, Audit, FileContext, FileOutcome};
 use autogpt_shim::jail::{Homes, Jail, JailOptions, Resolver};
 use autogpt_shim::protocol::{

@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use autogpt_shim::jail::roots::{PreparedRoot, RootProblem, check_dangerous, prepare_legacy_root};
+use autogpt_shim::jail::{PreparedRoot, RootProblem, check_dangerous, prepare_legacy_root};
 use rustix::fs::Access;
 
 /// A canonical temporary tree with a home directory `<tmp>/home/alice`.
@@ -332,7 +332,7 @@ fn assert_read_only(root: &Path) {
 
 #[test]
 fn wsl_drive_roots_are_refused_only_on_wsl() {
-    use autogpt_shim::jail::roots::check_dangerous_for;
+    use autogpt_shim::jail::check_dangerous_for;
     let home = std::path::Path::new("/home/alice");
     for drive in ["/mnt/c", "/mnt/D"] {
         assert!(check_dangerous_for(std::path::Path::new(drive), home, true).is_err());

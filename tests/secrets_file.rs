@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use autogpt_shim::audit::record::hex;
+use autogpt_shim::audit::hex;
 use autogpt_shim::secrets::container::{
     self, Contents, FormatProblem, HEADER_LEN, Header, KdfParams, MIN_FILE_LEN, OpenError,
     PlaintextProblem,

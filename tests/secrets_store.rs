@@ -12,11 +12,11 @@ use std::path::PathBuf;
 
 use autogpt_shim::audit::AuditKey;
 use autogpt_shim::config::{Environment, OsPaths};
-use autogpt_shim::secrets::legacy::{LegacyKeyFile, LegacyProblem};
 use autogpt_shim::secrets::{
     ErrorClass, KeyCheck, KeyLocation, KeyOrigin, KeyProblem, KeychainUnusable, Passphrase,
     SecretError, SecretStore, SecretString, StoreKind, TokenFile,
 };
+use autogpt_shim::secrets::{LegacyKeyFile, LegacyProblem};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 const LEGACY_VECTOR: &str = "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf:e67dc55a183f90deaee8df06642c225a0398d42a66a5800a44fce1cfcec36a8c";

@@ -10,9 +10,8 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use autogpt_shim::transport::connection::Incoming;
 use autogpt_shim::transport::{
-    Connector, Disposition, ProxyConfig, Stage, TransportError, UrlError,
+    Connector, Disposition, Incoming, ProxyConfig, Stage, TransportError, UrlError,
 };
 use transport_support::{Answer, PATIENCE, Pki, Server, ServerStream, drain};
 use zeroize::Zeroizing;

@@ -4,7 +4,7 @@
 //! digits, and the stream reader accepts only what the head check accepts.
 #![no_main]
 
-use autogpt_shim::transport::tunnel::{parse_connect_response, read_connect_reply};
+use autogpt_shim::transport::{parse_connect_response, read_connect_reply};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@
 //! or a `?` added at either end keeps every match a match.
 #![no_main]
 
-use autogpt_shim::files::glob::Pattern;
+use autogpt_shim::files::Pattern;
 use libfuzzer_sys::fuzz_target;
 
 /// Longest name matched; entry names on disk are far shorter, and the bound

@@ -4,11 +4,11 @@
 //! framing (`Content-Length`, chunked, or until the end).
 #![no_main]
 
-use autogpt_shim::transport::http::parse_response;
+use autogpt_shim::transport::parse_response;
 use libfuzzer_sys::fuzz_target;
 
 /// The bound the OAuth client reads its responses with.
-const MAX_BODY: usize = autogpt_shim::auth::oauth::MAX_RESPONSE;
+const MAX_BODY: usize = autogpt_shim::auth::MAX_RESPONSE;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(response) = parse_response(data, MAX_BODY) {

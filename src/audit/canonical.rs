@@ -193,7 +193,8 @@ fn push_canonical(out: &mut String, value: &Value) -> Result<(), CanonError> {
 /// Python's `json.dumps(value, ensure_ascii=False)` for a value whose
 /// objects are written in the order given by `members` (the on-disk line
 /// format, AUDIT.md §2.5): `": "` after keys, `", "` between members.
-pub fn dumps(value: &Value) -> Result<String, CanonError> {
+#[cfg(test)]
+pub(crate) fn dumps(value: &Value) -> Result<String, CanonError> {
     let mut out = String::new();
     push_dumps(&mut out, value)?;
     Ok(out)

@@ -18,19 +18,30 @@
 //! construction: callers put only the fields of AUDIT.md §3 into details)
 //! and never prints the key.
 
-pub mod anchor;
-pub mod canonical;
-pub mod cap;
-pub mod export;
-pub mod files;
-pub mod pretty;
-pub mod record;
-pub mod tail;
-pub mod verify;
-pub mod writer;
+mod anchor;
+pub(crate) mod canonical;
+pub(crate) mod cap;
+pub(crate) mod export;
+pub(crate) mod files;
+pub(crate) mod pretty;
+pub(crate) mod record;
+pub(crate) mod tail;
+pub(crate) mod verify;
+pub(crate) mod writer;
 
-pub use record::{AuditKey, Details, Outcome, Record, Sealed};
+/// The sealed tail anchor, parsed and checked against the key.
+pub use anchor::Anchor;
+/// Python's `repr` of a float, the spelling the canonical form uses.
+pub use canonical::repr_f64;
+/// The signed ZIP bundle of `audit export`, its manifest and its CRC-32.
+pub use export::{
+    Crc32, ExportOptions, ManifestEntry, ZipWriter, export, export_with_progress, manifest_json,
+};
+/// One record, its key and its sealed line; lowercase hex as records spell it.
+pub use record::{AuditKey, Details, Outcome, Record, Sealed, hex};
+/// The verifier's verdict on a log's bytes.
 pub use verify::{Violation, ViolationKind, verify_bytes};
+/// The writer thread and the handles that append through it.
 pub use writer::{
     AuditError, AuditLog, Durable, Entry, RotateReason, SessionAudit, Ticket, WriterOptions,
     WriterThread,

@@ -211,9 +211,9 @@ pub struct WriterOptions {
     pub machine_id: Option<String>,
     /// Default `session_id` (`"-"` when `None`): the legacy session.
     pub default_session: Option<String>,
-    /// Size trigger (normally [`ROTATE_AT_BYTES`]).
+    /// Size trigger (normally `ROTATE_AT_BYTES`).
     pub rotate_at_bytes: u64,
-    /// Age trigger (normally [`ROTATE_AFTER`]).
+    /// Age trigger (normally `ROTATE_AFTER`).
     pub rotate_after: Duration,
     /// Rotate a non-empty file right after opening (a new key was created).
     pub rotate_on_open: Option<RotateReason>,

@@ -107,7 +107,7 @@ impl Listener {
     /// passes; the listener is closed when this returns.
     ///
     /// Connections are served side by side without blocking: each has
-    /// [`HEAD_TIMEOUT`] for its whole request head, at most
+    /// `HEAD_TIMEOUT` for its whole request head, at most
     /// [`MAX_PENDING`] wait at once (a new one displaces the oldest), and
     /// the deadline is checked on every turn, so neither a browser's idle
     /// preconnection nor a local connection trickling bytes can hold the

@@ -33,10 +33,14 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-pub use args::{Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals};
-pub use audit::{AuditCommand, parse_duration, tail_line};
-pub use catalog::{ArgSpec, COMMAND_TABLE, CommandSpec, Example, HELP, OptionSpec};
-pub use help::render as help_text;
+/// The parsed command line and the parsers that produce it.
+pub use args::{Command, Globals, Parsed, UsageError, parse, parse_globals};
+/// The `audit` subcommands.
+pub use audit::AuditCommand;
+/// The command table that the parser, the help and its tests share.
+pub use catalog::{COMMAND_TABLE, CommandSpec};
+
+use args::Invocation;
 
 use crate::config::{self, Config, ConfigError, Overrides};
 use crate::exit;

@@ -13,6 +13,7 @@
 //! PROTOCOL.md §4.2.1, and never hand out a half-validated config: a built
 //! [`Config`] is immutable and every value in it has passed its constraint.
 
+/// The autostart entries (`install`): their text and the service manager.
 pub mod autostart;
 mod env;
 mod error;
@@ -28,16 +29,23 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+/// The process environment, captured once.
 pub use env::Environment;
+/// What can be wrong with a configuration, and where a value came from.
 pub use error::{ConfigError, ConfigWarning, Source};
 pub(crate) use file::{SmallFileError, read_small_file};
+/// The command-line flags, the highest layer.
 pub use layers::Overrides;
+/// The machine id and the OS outputs it is read from.
 pub use machine_id::{
     MachineIdSources, detect as detect_machine_id, format_linux_machine_id, linux_machine_id,
     new_uuid_v4, parse_ioreg_output, parse_reg_query_output,
 };
+/// The per-OS paths.
 pub use paths::{APP_DIR, OsPaths};
+/// The platform facts sent in `HELLO`.
 pub use platform::{Arch, Host, Platform, linux_flavour, normalize_arch};
+/// The endpoint URLs and their scheme and host rules.
 pub use urls::{
     Endpoints, OAUTH_SCHEMES, PLATFORM_SCHEMES, UrlParts, UrlProblem, WS_SCHEMES,
     check_platform_url, http_ify, is_loopback_host, pct_encode, split_url, ws_ify,
@@ -59,7 +67,9 @@ pub const REDIRECT_PORT_COUNT: u16 = 12;
 /// typo, and bounded values convert to `Duration` without overflow.
 pub const MAX_RECONNECT_SECONDS: f64 = 86_400.0;
 use crate::protocol::HelloField;
+/// The lower bound for the reconnect delays.
 pub use crate::protocol::backpressure::MIN_RECONNECT_SECONDS;
+/// The longest `display_name` `HELLO` may carry.
 pub use crate::protocol::hello_rules::MAX_DISPLAY_NAME_CHARS;
 
 /// The effective configuration. Cheap to clone (one reference count);

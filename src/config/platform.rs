@@ -9,6 +9,7 @@
 
 use super::error::ConfigError;
 
+/// The platform and architecture names, as the wire spells them.
 pub use crate::protocol::{Arch, Platform};
 
 /// Linux or WSL2, decided from the text of `/proc/version`: WSL2 kernels

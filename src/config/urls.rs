@@ -12,7 +12,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Percent-encodes a URL component (the session id of a data connection
-/// URL); the codec is [`crate::transport::percent`].
+/// URL); the codec is the transport's, `crate::transport::percent`.
 pub use crate::transport::percent::encode as pct_encode;
 
 /// Schemes allowed for `platform_url`.

@@ -130,7 +130,7 @@ impl Browser {
     }
 
     /// §4.3: a new browse listing the virtual roots (discovered here; a
-    /// caller holding a lock uses [`virtual_roots`] and
+    /// caller holding a lock uses `virtual_roots` and
     /// [`Browser::start_with`]).
     pub fn start(
         &mut self,

@@ -25,9 +25,6 @@ type HmacSha256 = Hmac<Sha256>;
 /// The label the grant key is derived with (§7.1).
 pub const GRANT_KEY_LABEL: &[u8] = b"autogpt-root-grant-v1";
 
-/// The longest token accepted on the wire (`root_grant` 1–131072 chars).
-pub const MAX_GRANT_LEN: usize = 131_072;
-
 /// A JSON string with Python's default `json.dumps` escaping: ASCII only,
 /// lowercase `\uXXXX`, UTF-16 surrogate pairs above U+FFFF (§6 `jstr`).
 pub fn jstr(text: &str) -> String {

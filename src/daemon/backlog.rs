@@ -128,6 +128,7 @@ impl Backlog {
     }
 
     /// Bytes this connection has waiting.
+    #[cfg(test)]
     pub fn used(&self) -> u64 {
         self.connection.used()
     }

@@ -393,6 +393,7 @@ pub enum AckRejection {
 impl AckRejection {
     /// The row of §4.4: `"1"`, `"2"`, `"3"`, `"4"`, `"5a"`, `"5b"`, `"7"`,
     /// `"8"` or `"9"`.
+    #[cfg(test)]
     pub fn step(&self) -> &'static str {
         match self {
             AckRejection::TimedOut | AckRejection::Closed { .. } => "1",

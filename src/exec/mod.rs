@@ -9,14 +9,20 @@
 //! and keys stay in the shim), and never starts a command anywhere but in
 //! the directory the jail opened.
 
-pub mod cancel;
-pub mod env;
-pub mod output;
-pub mod run;
-pub mod shell;
-pub mod spawner;
+mod cancel;
+mod env;
+mod output;
+pub(crate) mod run;
+mod shell;
+pub(crate) mod spawner;
 
+/// The flag that cancels a running command.
 pub use cancel::Cancel;
+/// The output budget: the cap on a stream's text and the truncation marker.
+pub use output::{MARKER, TEXT_CAP};
+/// Killing a command's process group, and whether it is gone.
+pub use run::{group_gone, terminate_group};
+/// The handle to the spawner process that starts the commands.
 pub use spawner::Spawner;
 
 use std::ffi::{OsStr, OsString};
@@ -147,8 +153,8 @@ pub struct CommandOutcome {
     /// What to audit: [`Audit::Command`] or [`Audit::JailViolation`].
     pub audit: Audit,
     /// The command's process group when members remain after it finished
-    /// (see [`run::Finished::leftover_group`]); the owner terminates it
-    /// with [`run::terminate_group`] when the session or the shim stops.
+    /// (see `run::Finished::leftover_group`); the owner terminates it
+    /// with [`terminate_group`] when the session or the shim stops.
     pub leftover_group: Option<Pid>,
     /// The command was cancelled (connection closed, session stopped,
     /// shutdown): `reply` holds [`ExecError::Cancelled`] for the audit record,

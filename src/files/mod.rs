@@ -12,10 +12,14 @@
 //! daemon's handler layer maps it to its `ERROR` (code, message, `details`)
 //! in one place.
 
+// Public as a module, not re-exported: `encode` and `decode_strict` read
+// right only with `base64::` in front.
 pub mod base64;
 mod delete;
-pub mod glob;
+mod glob;
 mod list;
+// Public as a module, not re-exported: `guess` reads right only with
+// `mime::` in front.
 pub mod mime;
 mod moves;
 mod read;
@@ -28,11 +32,19 @@ use std::os::fd::{AsFd, BorrowedFd};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
+/// FILE_DELETE.
 pub use delete::delete;
+/// The glob filter of FILE_LIST and its length bound.
+pub use glob::{GlobTooLong, MAX_GLOB_CHARS, Pattern};
+/// FILE_LIST.
 pub use list::list;
+/// FILE_MOVE.
 pub use moves::move_entry;
+/// FILE_READ.
 pub use read::read;
+/// FILE_STAT.
 pub use stat::stat;
+/// FILE_WRITE.
 pub use write::write;
 
 use crate::audit::Details;

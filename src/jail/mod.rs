@@ -20,10 +20,10 @@
 //! the caller turns into `JAIL_VIOLATION`.
 
 mod enforce;
-pub mod lexical;
-pub mod protected;
-pub mod resolve;
-pub mod roots;
+mod lexical;
+mod protected;
+mod resolve;
+pub(crate) mod roots;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -33,10 +33,21 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 
+/// Layer 3: which resolver enforcement uses, and why it could not open what
+/// the decision accepted.
 pub use enforce::{EnforceError, Resolver};
+/// The home directories `~` expands to.
 pub use lexical::Homes;
+/// The shim's own directories and files, which no request may reach.
 pub use protected::ProtectedLocations;
+/// Layer 2: how the decision observes the file system, and the path it
+/// resolves to.
 pub use resolve::{Filesystem, LinkReader, Resolved};
+/// Which directories may be a root: the dangerous-root list and the legacy
+/// preparation of `allowed_root`.
+pub use roots::{
+    PreparedRoot, RootProblem, check_dangerous, check_dangerous_for, prepare_legacy_root,
+};
 
 /// A request path refused by the jail: answered with an error and audited
 /// as `JAIL_VIOLATION` instead of the operation's own record (JAIL.md §4.5).

@@ -7,38 +7,49 @@
 //! samples in. It must never execute, admit or audit anything — an invalid
 //! frame only ever yields a [`DecodeError`].
 //!
-//! Where to look: [`frame`] parses and writes the envelope, [`json`] is the
-//! strict JSON reader, `payload` holds one struct per message, [`types`] the
-//! closed vocabularies, [`error`] the decoding failures and their mapping to
+//! Where to look: `frame` parses and writes the envelope, `json` is the
+//! strict JSON reader, `payload` holds one struct per message, `types` the
+//! closed vocabularies, `error` the decoding failures and their mapping to
 //! an `ERROR` reply.
 
-pub mod backpressure;
-pub mod close;
-pub mod error;
+pub(crate) mod backpressure;
+mod close;
+mod error;
 mod fields;
-pub mod frame;
-pub mod hello_rules;
-pub mod ids;
-pub mod json;
+mod frame;
+pub(crate) mod hello_rules;
+mod ids;
+pub(crate) mod json;
 mod payload;
-pub mod types;
-pub mod version;
+mod types;
+pub(crate) mod version;
 mod wire_enum;
 
+/// The reconnection delays and the backpressure counters.
 pub use backpressure::{Backoff, Counters};
+/// What a close code means for the connection and the daemon.
 pub use close::{CloseAction, ShimClose, TerminalClose, classify_close};
+/// Decoding and encoding failures, and the `ERROR` reply an invalid frame gets.
 pub use error::{DecodeError, EncodeError, ErrorReply, Invalid};
+/// Which payload field is wrong, and how.
 pub use fields::{FieldError, FieldProblem};
+/// The envelope: bytes to a typed frame and back.
 pub use frame::{Frame, OVERSIZE_MESSAGE, decode, encode, encode_response};
+/// The `HELLO` fields the configuration bounds.
 pub use hello_rules::HelloField;
+/// Message and session ids.
 pub use ids::{MAX_MESSAGE_ID_BYTES, SessionId, uuid_v4_from_bytes};
+/// The strict JSON reader's bounds.
 pub use json::{MAX_FRAME_JSON_VALUES, MAX_JSON_DEPTH};
+/// One struct per message type, and the `Message` enum over them.
 pub use payload::*;
+/// The closed vocabularies of the wire.
 pub use types::{
     Arch, Capability, ChatRole, ClipboardFormat, Encoding, ErrorCode, FinishReason, ImageFormat,
     InputActionKind, KeyDirection, MessageType, Modifier, MouseButton, PermissionState, Platform,
     ReadFormat, RecordingChannel, RecordingRoute, ScrollDirection, Shell,
 };
+/// Protocol versions and their negotiation.
 pub use version::{Negotiation, SHIM_MAX_VERSION, Version, negotiate};
 
 /// The wire version the shim speaks and writes into every frame.

@@ -74,7 +74,7 @@ pub enum Negotiation {
     /// The platform's version does not parse: close 4426
     /// `Invalid platform protocol version`, terminal.
     Malformed,
-    /// Different majors: close 4426 with [`mismatch_close_reason`], terminal.
+    /// Different majors: close 4426 with `mismatch_close_reason`, terminal.
     MajorMismatch,
 }
 

@@ -25,7 +25,7 @@ pub const MAX_LEN: usize = 4096;
 /// Why a legacy file cannot be parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegacyProblem {
-    /// Longer than [`MAX_LEN`].
+    /// Longer than `MAX_LEN`.
     TooLong,
     /// Not two hex fields separated by `:`.
     Format,

@@ -3,13 +3,13 @@
 //! in the passphrase-encrypted file `tokens.enc`.
 //!
 //! * `secret` — zeroizing holders: [`SecretString`], [`Passphrase`].
-//! * [`passphrase`] — where the passphrase comes from (file, systemd
+//! * `passphrase` — where the passphrase comes from (file, systemd
 //!   credential, environment) and taking it out of the environment.
-//! * [`keychain`] — the OS keychain through the `keyring` crate.
+//! * `keychain` — the OS keychain through the `keyring` crate.
 //! * [`container`] — the byte format of `tokens.enc` (sans-IO).
-//! * [`file`] — `tokens.enc` on disk: permissions, lock, atomic rewrite.
-//! * [`legacy`] — the reference's `audit-key.enc`, read for import only.
-//! * [`audit_key`] — when a stored key text is valid; key generation.
+//! * `file` — `tokens.enc` on disk: permissions, lock, atomic rewrite.
+//! * `legacy` — the reference's `audit-key.enc`, read for import only.
+//! * `audit_key` — when a stored key text is valid; key generation.
 //! * `error` — [`SecretError`] and its exit-code class.
 //!
 //! [`SecretStore::select`] probes the keychain once and picks the backend for
@@ -18,26 +18,34 @@
 //! replace or delete a stored audit key, never overwrite a `tokens.enc` it
 //! cannot decrypt, and never put a secret into a message or `Debug` output.
 
-pub mod audit_key;
+mod audit_key;
+// Public as a module, not re-exported: `open` and `seal` read right only
+// with `container::` in front.
 pub mod container;
 mod error;
-pub mod file;
-pub mod keychain;
-pub mod legacy;
-pub mod passphrase;
+mod file;
+mod keychain;
+mod legacy;
+pub(crate) mod passphrase;
 mod secret;
 
 use std::path::{Path, PathBuf};
 
+/// Where the audit key is and whether a stored key text is valid.
 pub use audit_key::{KeyCheck, KeyLocation, KeyOrigin, KeyProblem};
+/// What went wrong with a secret, and its exit-code class.
 pub use error::{ErrorClass, IoStep, KeychainOp, Node, PassphraseFileProblem, SecretError};
+/// `tokens.enc` on disk.
 pub use file::TokenFile;
+/// The OS keychain.
 pub use keychain::{Account, Keychain, KeychainError, KeychainErrorKind, KeychainUnusable};
+/// The reference's `audit-key.enc`, read for import only.
+pub use legacy::{LegacyKeyFile, LegacyProblem};
+/// Zeroizing holders of secrets.
 pub use secret::{Passphrase, PassphraseOrigin, SecretString};
 
 use crate::audit::AuditKey;
 use crate::config::{Environment, OsPaths};
-use legacy::LegacyKeyFile;
 
 /// The lock that serialises creating the audit key in the keychain (two
 /// `start`s racing on a first run must not each store a different key).
@@ -100,7 +108,7 @@ impl SecretStore {
     /// Probes the keychain (one read of `access_token`) and selects the
     /// store: the keychain when it answers, else `tokens.enc` with the
     /// passphrase from its file, the systemd credential or
-    /// `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE` ([`passphrase`]).
+    /// `AUTOGPT_SHIM_KEYCHAIN_PASSPHRASE` (`passphrase`).
     pub fn select(paths: &OsPaths, env: &Environment) -> Result<Selected, SecretError> {
         SecretStore::select_with(Keychain::probe(), paths, env)
     }

@@ -191,13 +191,13 @@ pub enum TransportError {
     PinMismatch,
     /// The upgrade was answered 401. (RefreshToken.)
     Unauthorized {
-        /// The body's `detail`, as [`refusal_detail`] keeps it.
+        /// The body's `detail`, as `refusal_detail` keeps it.
         detail: Option<String>,
     },
     /// The upgrade was answered 403: the session is not bound to this
     /// machine, or the feature is off for the account. (Refused.)
     Forbidden {
-        /// The body's `detail`, as [`refusal_detail`] keeps it.
+        /// The body's `detail`, as `refusal_detail` keeps it.
         detail: Option<String>,
     },
     /// The upgrade was answered with another status than 101, 401 or 403.

@@ -28,7 +28,7 @@ const MAX_PROXY_RESPONSE_HEADERS: usize = 100;
 pub enum ProxyResponseProblem {
     /// The connection ended before the end of the response head.
     Truncated,
-    /// The head is longer than [`MAX_PROXY_RESPONSE_BYTES`] or has more
+    /// The head is longer than `MAX_PROXY_RESPONSE_BYTES` or has more
     /// than 100 header lines.
     TooLarge,
     /// The status line or a header line is malformed.

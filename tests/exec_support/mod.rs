@@ -10,7 +10,7 @@ use std::num::NonZeroU64;
 use std::path::PathBuf;
 
 use autogpt_shim::audit::Outcome as AuditOutcome;
-use autogpt_shim::daemon::handlers::command_audit_result;
+use autogpt_shim::daemon::command_audit_result;
 use autogpt_shim::exec::{self, Cancel, CommandOutcome, ExecContext, ExecError, Spawner};
 use autogpt_shim::files::Audit;
 use autogpt_shim::jail::{Jail, JailOptions};

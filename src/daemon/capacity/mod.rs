@@ -25,13 +25,12 @@ use serde_json::{Map, Value};
 
 use crate::protocol::{ErrorCode, ErrorPayload};
 
-pub use rate::{
-    CommandSlot, DEFAULT_MAX_COMMANDS_PER_MINUTE, DEFAULT_MAX_CONCURRENT_COMMANDS,
-    DEFAULT_MAX_SCREENSHOTS_PER_MINUTE, MachineLimitSettings, MachineLimits, RATE_WINDOW,
-    RollingWindow,
-};
-pub use slots::{Admitted, Released, RequestSlots, StatusReport};
-pub use work_pool::{MachineWorkPool, WorkPermit};
+/// The machine-wide command and screenshot limits.
+pub use rate::{MachineLimitSettings, MachineLimits};
+/// A connection's request slots and an admitted request's hold on one.
+pub use slots::{Admitted, RequestSlots};
+/// The machine work pool of child runtimes.
+pub use work_pool::MachineWorkPool;
 
 /// Message of the admission `SHIM_OVERLOADED` (PROTOCOL.md §5.2).
 pub const ADMISSION_MESSAGE: &str = "The local executor is at its concurrent request limit.";
@@ -106,7 +105,7 @@ impl Overloaded {
     }
 
     /// The `ERROR` payload (`SHIM_OVERLOADED`, `fatal: false`).
-    pub fn to_error(&self) -> ErrorPayload {
+    pub fn to_error(self) -> ErrorPayload {
         let error = ErrorPayload::new(ErrorCode::ShimOverloaded, self.message());
         match self.details() {
             Some(details) => error.with_details(details),

@@ -40,6 +40,7 @@ impl RollingWindow {
     }
 
     /// The configured limit.
+    #[cfg(test)]
     pub fn limit(&self) -> u32 {
         self.limit
     }
@@ -62,6 +63,7 @@ impl RollingWindow {
     }
 
     /// How many events count at `now`.
+    #[cfg(test)]
     pub fn count(&mut self, now: Instant) -> usize {
         self.expire(now);
         self.events.len()
@@ -197,7 +199,7 @@ impl MachineLimits {
         }
     }
 
-    /// Commands currently holding a [`CommandSlot`].
+    /// Commands currently holding a `CommandSlot`.
     pub fn active_commands(&self) -> u32 {
         lock(&self.shared.state).active_commands
     }

@@ -59,11 +59,6 @@ impl RequestSlots {
         }
     }
 
-    /// The effective `max_concurrent`.
-    pub fn max_concurrent(&self) -> u64 {
-        self.shared.max_concurrent
-    }
-
     /// Admission (§5.1 step 5, §5.2): refused when `P ≥ max_concurrent`;
     /// otherwise the request is counted in `P` and, until it takes its slot,
     /// in `Q`. Nothing is queued beyond that bound.

@@ -20,9 +20,9 @@
 //! and the socket is close-on-exec on the shim's side. It never retries a
 //! request the dead spawner may already have acted on.
 
-pub mod contain;
-pub mod server;
-pub mod wire;
+mod contain;
+mod server;
+mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;

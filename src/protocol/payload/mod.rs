@@ -16,25 +16,30 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 pub(crate) use control::PAIR_RULE;
+/// The control connection's messages (CONTROL.md).
 pub use control::{
     ActivateSession, AttachSession, DIRECTORY_PAGE_SIZE, DetachSession, DirectoryEntry,
     DirectoryListRequest, DirectoryListResponse, RestoreSession, SessionActivated, SessionAttached,
     SessionRestored,
 };
+/// The file and command messages.
 pub use data::{
     CommandResult, ExecuteCommand, FileContents, FileDelete, FileList, FileListEntry,
     FileListResponse, FileMove, FileRead, FileStat, FileStatResponse, FileWrite,
 };
+/// The desktop capability messages.
 pub use desktop::{
     AppInfo, AppLaunch, AppListRequest, AppListResponse, ClipboardRead, ClipboardReadResponse,
     ClipboardWrite, CursorPositionResponse, DisplayInfoResponse, InputAction, Monitor,
     PermissionsCheckRequest, PermissionsCheckResponse, ScreenshotMeta, ScreenshotRequest,
     ScreenshotResponse, WindowFocus, WindowInfo, WindowListRequest, WindowListResponse,
 };
+/// The local LLM messages.
 pub use llm::{
     ChatMessage, LocalLlmCompletion, LocalLlmCompletionChunk, LocalLlmCompletionResponse,
     TokenCounts,
 };
+/// The handshake and session messages, and the defaults `HELLO_ACK` may omit.
 pub use session::{
     Ack, DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_FILE_SIZE_BYTES,
     Empty, ErrorCodeText, ErrorPayload, Hello, HelloAck, SessionRevoked, Status,
