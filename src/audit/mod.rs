@@ -11,7 +11,10 @@
 //! * `files` — the current and rotated files in their strict order; the
 //!   last complete line of a file; a record by `seq`, the newest `ts`.
 //! * `tail` — following the current log across rotations (`audit tail`).
-//! * `pretty` — a record re-indented in on-disk order (`audit show`).
+//! * `pretty` — a record re-indented in on-disk order (`audit show`), and
+//!   a record line made safe for a terminal (`audit tail --json`).
+//! * `view` — the one-line summary of a record, local times, the record
+//!   filters and the known operation names (`audit tail`, `audit show`).
 //! * `export` — the signed ZIP bundle (`audit export`).
 //!
 //! This module never logs or prints a record's secrets (there are none by
@@ -27,6 +30,7 @@ pub mod pretty;
 pub mod record;
 pub mod tail;
 pub mod verify;
+pub mod view;
 pub mod writer;
 
 pub use record::{AuditKey, Details, Outcome, Record, Sealed};
