@@ -319,7 +319,10 @@ pub(crate) fn text_value(parser: &mut Parser, option: &'static str) -> Result<St
 }
 
 /// `--flag=value` for a flag that takes no value is a usage error.
-fn refuse_attached_value(parser: &mut Parser, option: &'static str) -> Result<(), UsageError> {
+pub(crate) fn refuse_attached_value(
+    parser: &mut Parser,
+    option: &'static str,
+) -> Result<(), UsageError> {
     match parser.optional_value() {
         Some(_) => Err(UsageError::UnexpectedValue(option.to_owned())),
         None => Ok(()),

@@ -32,7 +32,7 @@ use std::process::ExitCode;
 pub use args::{
     Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals, session_id_value,
 };
-pub use audit::{AuditCommand, parse_duration, tail_line};
+pub use audit::{AuditCommand, TailItem, TailOptions, parse_duration, tail_item};
 
 use crate::config::{self, Config, ConfigError, Overrides};
 use crate::exit;
@@ -197,7 +197,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "audit",
-        "audit log tools: tail, show <seq>, verify, verify-all, export [--output PATH],\n              rotate, prune [--older-than DUR]",
+        "audit log tools: tail [--follow] [--session ID] [--op OP] [--json], show <seq>,\n              verify, verify-all, export [--output PATH], rotate, prune [--older-than DUR]",
     ),
 ];
 
