@@ -1858,11 +1858,9 @@ fn verify_shows_no_progress_when_stderr_is_not_a_terminal() {
     assert!(!run.stderr.contains('\r'));
 }
 
-#[test]
-fn verify_shows_progress_on_a_terminal_and_only_there() {
-    let f = Fixture::new();
-    large_log(&f);
-    // Python's pty module gives the binary a terminal as stderr.
+/// Runs `inner` with a terminal as its stderr (Python's pty module gives
+/// it one) and returns Python's repr of `(exit code, stdout, stderr)`.
+fn run_with_terminal_stderr(f: &Fixture, inner: &Command) -> String {
     let script = "import os, pty, subprocess, sys\n\
                   m, s = pty.openpty()\n\
                   p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=s)\n\
@@ -1879,7 +1877,6 @@ fn verify_shows_progress_on_a_terminal_and_only_there() {
                   \x20   err += chunk\n\
                   p.wait()\n\
                   sys.stdout.write(repr((p.returncode, out, err)))\n";
-    let inner = f.command(&["verify"]);
     let mut cmd = Command::new("python3");
     cmd.args(["-c", script]).arg(inner.get_program());
     cmd.args(inner.get_args());
@@ -1892,10 +1889,35 @@ fn verify_shows_progress_on_a_terminal_and_only_there() {
     cmd.current_dir(f.path("work"));
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn verify_shows_progress_on_a_terminal_and_only_there() {
+    let f = Fixture::new();
+    large_log(&f);
+    let text = run_with_terminal_stderr(&f, &f.command(&["verify"]));
     assert!(text.starts_with("(0, b'audit.log: OK\\n', b'"), "{text}");
     assert!(text.contains("\\rverifying audit.log:   "), "{text}");
     assert!(text.contains("%"), "{text}");
     // The progress line is erased at the end, so only results remain.
     assert!(text.ends_with("\\r\\x1b[2K')"), "{text}");
+}
+
+#[test]
+fn export_shows_progress_on_a_terminal_and_only_there() {
+    let f = Fixture::new();
+    large_log(&f);
+    let text = run_with_terminal_stderr(&f, &f.command(&["export", "--output", "big.zip"]));
+    assert!(
+        text.starts_with("(0, b'Wrote big.zip\\n  files: 1\\n"),
+        "{text}"
+    );
+    assert!(text.contains("\\rexporting: "), "{text}");
+    assert!(text.contains("\\rexporting: 100%"), "{text}");
+    assert!(text.ends_with("\\r\\x1b[2K')"), "{text}");
+    // Without a terminal: the same result, no progress.
+    let run = f.run(&["export", "--output", "quiet.zip"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(!run.stderr.contains("exporting") && !run.stderr.contains('\r'));
 }
