@@ -2,11 +2,12 @@
 //! arguments and everything they print, with the exit codes of §11.6.
 //!
 //! The work itself lives in [`crate::audit`] (verification, file discovery,
-//! following, the export bundle, the writer for `rotate`); this module turns
-//! its results into the exact lines the specification fixes and maps each
-//! failure to its exit code in one place. Results go to stdout, errors and
-//! warnings to stderr, progress only to a terminal. It never prints the
-//! audit key and never creates one: every key is loaded read-only.
+//! following, the summary line and local time of a record, the export
+//! bundle, the writer for `rotate`); this module turns its results into the
+//! lines each subcommand prints and maps each failure to its exit code in
+//! one place. Results go to stdout, errors and warnings to stderr, progress
+//! only to a terminal. It never prints the audit key and never creates one:
+//! every key is loaded read-only.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
