@@ -52,6 +52,41 @@ pub fn excerpt(text: &str) -> String {
     out
 }
 
+/// `text` as [`one_line`] shows it, at most `max` characters long: text
+/// whose shown form is longer keeps the characters that fit in `max - 1`
+/// and ends with `…`. The cut falls between characters of `text`, never
+/// inside an escape, so what is shown is always an exact prefix. Widths
+/// count characters, not terminal columns. `max` 0 gives an empty string.
+pub fn clip(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut shown = 0usize;
+    // Length of `out` when it last held at most `max - 1` characters: where
+    // to cut if the rest turns out not to fit.
+    let mut cut_at = 0usize;
+    for c in text.chars() {
+        if is_non_printing(c) {
+            for e in c.escape_default() {
+                out.push(e);
+                shown += 1;
+            }
+        } else {
+            out.push(c);
+            shown += 1;
+        }
+        if shown > max {
+            out.truncate(cut_at);
+            if max > 0 {
+                out.push('…');
+            }
+            return out;
+        }
+        if shown < max {
+            cut_at = out.len();
+        }
+    }
+    out
+}
+
 /// Whether `c` must not reach a terminal raw: a C0 or C1 control or DEL
 /// (general category Cc), a format character (Cf: the bidi embeddings,
 /// overrides, isolates and marks, zero-width characters, the BOM, the
@@ -121,6 +156,27 @@ mod tests {
             cut,
             format!("{}…", "a".repeat(super::EXCERPT_MAX_BYTES - 1))
         );
+    }
+
+    #[test]
+    fn clipped_text_fits_its_width_and_is_cut_between_escapes() {
+        use super::clip;
+        assert_eq!(clip("/home/alice", 11), "/home/alice");
+        assert_eq!(clip("/home/alice", 10), "/home/ali…");
+        assert_eq!(clip("a\nb", 10), "a\\nb");
+        // A newline and ESC become escapes, counted as shown.
+        assert_eq!(clip("a\nb\u{1b}c", 20), "a\\nb\\u{1b}c");
+        assert_eq!(clip("ab\u{1b}cd", 7), "ab…");
+        assert_eq!(clip("ab\u{1b}cd", 8), "ab…");
+        assert_eq!(clip("ab\u{1b}cd", 9), "ab\\u{1b}…");
+        // Characters, not bytes: no cut inside a multi-byte character.
+        assert_eq!(clip("ééééé", 3), "éé…");
+        assert_eq!(clip("😀😀", 2), "😀😀");
+        assert_eq!(clip("x", 0), "");
+        assert_eq!(clip("", 5), "");
+        let long = clip(&"\u{202e}".repeat(1000), 60);
+        assert!(long.chars().count() <= 60 && long.ends_with('…'), "{long}");
+        assert!(!long.contains('\u{202e}'));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! What the real `autogpt-shim start` writes to its audit log when the
-//! platform sends hostile text, and how `audit show` displays it: every
-//! free-text field of a record is capped at 4 KiB with its full length and
-//! SHA-256 beside it, the log still verifies, and terminal controls and
-//! bidi overrides taken from a request reach the log unchanged but the
-//! terminal only escaped.
+//! platform sends hostile text, and how `audit show` and `audit tail`
+//! display it: every free-text field of a record is capped at 4 KiB with
+//! its full length and SHA-256 beside it, the log still verifies, and
+//! terminal controls and bidi overrides taken from a request reach the log
+//! unchanged but the terminal only escaped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod start_support;
@@ -177,8 +177,56 @@ fn audit_show_escapes_terminal_controls_and_bidi_overrides_from_a_request() {
         text.contains(r#""path": "../\u009b2J\u001b]0;owned\u0007\u007f\u202etxt.exe\u2066x\u2069\u200b\u0085""#),
         "{text}"
     );
-    let body = text.split_once('\n').unwrap().1;
-    let shown: Value = serde_json::from_str(body).unwrap();
+    // After the `# …` comment lines (file, local time) comes the record.
+    let body: Vec<&str> = text.lines().skip_while(|l| l.starts_with('#')).collect();
+    let shown: Value = serde_json::from_str(&body.join("\n")).unwrap();
+    assert_eq!(shown, record);
+    stop_and_verify(&home, shim);
+}
+
+#[test]
+fn audit_tail_escapes_terminal_controls_and_bidi_overrides_from_a_request() {
+    let home = Home::new();
+    let (shim, conn) = session(&home, &[], &["files"]);
+    // Short enough to be shown whole (60 characters once escaped).
+    let hostile = "../\u{9b}\u{1b}\n\u{202e}x\u{2066}\u{2028}\u{85}";
+    let (_, response) = call(&conn, "FILE_STAT", json!({"path": hostile}));
+    assert_eq!(response["type"], "ERROR", "{response}");
+    let record = home.wait_record("JAIL_VIOLATION", WAIT);
+    assert_eq!(record["details"]["path"], hostile);
+
+    // The summary: one line, everything escaped.
+    let out = home
+        .command(&[
+            "audit",
+            "tail",
+            "--op",
+            "JAIL_VIOLATION",
+            "--session",
+            SESSION,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let raw: Vec<char> = text.chars().filter(|&c| is_terminal_control(c)).collect();
+    assert!(raw.is_empty(), "raw controls {raw:?} in\n{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.ends_with("  FILE_STAT ../\\u{9b}\\u{1b}\\n\\u{202e}x\\u{2066}\\u{2028}\\u{85}\n"),
+        "{text}"
+    );
+
+    // The record line: JSON escapes, the same record once parsed.
+    let out = home
+        .command(&["audit", "tail", "--json", "--op", "JAIL_VIOLATION"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let raw: Vec<char> = text.chars().filter(|&c| is_terminal_control(c)).collect();
+    assert!(raw.is_empty(), "raw controls {raw:?} in\n{text}");
+    let shown: Value = serde_json::from_str(text.trim_end()).unwrap();
     assert_eq!(shown, record);
     stop_and_verify(&home, shim);
 }

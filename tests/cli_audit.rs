@@ -1,7 +1,8 @@
 //! `autogpt-shim audit …` through the real binary (CLI.md §4.5, AUDIT.md
 //! §10–§11): every output line and exit code of `tail`, `show`, `verify`,
 //! `verify-all`, `rotate`, `prune` and `export`, the tail anchor and file
-//! link checks, and exit 0 of `tail` on SIGINT/SIGTERM.
+//! link checks, `tail`'s columns, filters and `--json` lines, local times
+//! under a fixed `TZ`, and exit 0 of `tail --follow` on SIGINT/SIGTERM.
 //!
 //! Each test runs the binary in an isolated environment: `HOME` and the XDG
 //! directories in a temporary directory, the log path from
@@ -579,6 +580,7 @@ fn show_prints_the_record_indented_in_on_disk_order() {
     assert_eq!(
         run.stdout,
         r#"# from audit.log
+# ts 1712345678.123 is 2024-04-05T19:34:38.123000+00:00 local time
 {
   "ts": 1712345678.123,
   "session_id": "-",
@@ -702,7 +704,8 @@ fn audit_usage_errors_exit_2() {
 
 #[test]
 fn audit_subcommands_parse_to_typed_values() {
-    use autogpt_shim::cli::{AuditCommand, Command as Cmd, Parsed, parse};
+    use autogpt_shim::audit::Filter;
+    use autogpt_shim::cli::{AuditCommand, Command as Cmd, Parsed, TailOptions, parse};
     let parsed = |args: &[&str]| match parse(args.iter().map(|a| a.to_string())) {
         Ok(Parsed::Run(invocation)) => match invocation.command {
             Cmd::Audit(command) => command,
@@ -710,7 +713,29 @@ fn audit_subcommands_parse_to_typed_values() {
         },
         other => panic!("{other:?}"),
     };
-    assert_eq!(parsed(&["audit", "tail"]), AuditCommand::Tail);
+    assert_eq!(
+        parsed(&["audit", "tail"]),
+        AuditCommand::Tail(TailOptions::default())
+    );
+    assert_eq!(
+        parsed(&[
+            "audit",
+            "tail",
+            "--follow",
+            "--json",
+            "--session",
+            "s-1",
+            "--op=FILE_MOVE"
+        ]),
+        AuditCommand::Tail(TailOptions {
+            follow: true,
+            json: true,
+            filter: Filter {
+                session: Some("s-1".into()),
+                op: Some("FILE_MOVE"),
+            },
+        })
+    );
     assert_eq!(
         parsed(&["audit", "show", "42"]),
         AuditCommand::Show { seq: 42 }
@@ -1155,11 +1180,12 @@ fn signal(child: &Child, sig: rustix::process::Signal) {
     rustix::process::kill_process(pid, sig).unwrap();
 }
 
+/// `audit tail` of the worked example under `TZ=UTC`.
 const SPEC_TAIL: [&str; 4] = [
-    "seq=    1  SHIM_START              ok",
-    "seq=    2  EXECUTE_COMMAND         ok",
-    "seq=    3  JAIL_VIOLATION          err:PATH_OUTSIDE_ALLOWED_ROOT",
-    "seq=    4  TOKEN_REFRESHED         ok",
+    "2024-04-05T19:34:38+00:00      1  -             SHIM_START                  0ms  ok         version 0.0.1-experimental",
+    "2024-04-05T19:34:39+00:00      2  sess-7f3a     EXECUTE_COMMAND           124ms  ok exit=0  echo \"café\"\\tdone\\nls C:\\tmp\\u{1} 😀",
+    "2024-04-05T19:34:40+00:00      3  sess-7f3a     JAIL_VIOLATION              0ms  err:PATH_OUTSIDE_ALLOWED_ROOT  FILE_READ ../../etc/passwd",
+    "2025-02-09T01:25:14+00:00      4  sess-7f3a     TOKEN_REFRESHED             0ms  ok",
 ];
 
 #[test]
@@ -1167,7 +1193,7 @@ fn tail_follows_appends_and_rotation_and_exits_0_on_sigterm() {
     let f = Fixture::without_key();
     f.write_log(&spec_log());
     let mut child = f
-        .command(&["tail"])
+        .command(&["tail", "--follow"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -1185,7 +1211,10 @@ fn tail_follows_appends_and_rotation_and_exits_0_on_sigterm() {
         &f.log(),
         b"\"result\": {\"ok\": false, \"error_code\": null}}\n",
     );
-    expect_lines(&rx, &["seq=    5  WS_CONNECTED            err:None"]);
+    expect_lines(
+        &rx,
+        &["?                              5  ?             WS_CONNECTED                  -  err"],
+    );
 
     // Rotation: the old file's last line arrives, then the new file from
     // its start.
@@ -1203,15 +1232,18 @@ fn tail_follows_appends_and_rotation_and_exits_0_on_sigterm() {
     expect_lines(
         &rx,
         &[
-            "seq=    6  SHIM_STOP               ok",
-            "seq=    1  AUDIT_ROTATED           ok",
+            "?                              6  ?             SHIM_STOP                     -  ok",
+            "?                              1  ?             AUDIT_ROTATED                 -  ok",
         ],
     );
     append(
         &f.log(),
         b"{\"seq\": 2, \"op\": \"WS_CONNECTED\", \"result\": {\"ok\": true}}\n",
     );
-    expect_lines(&rx, &["seq=    2  WS_CONNECTED            ok"]);
+    expect_lines(
+        &rx,
+        &["?                              2  ?             WS_CONNECTED                  -  ok"],
+    );
 
     // A log truncated in place is read again from its start.
     fs::OpenOptions::new()
@@ -1225,7 +1257,10 @@ fn tail_follows_appends_and_rotation_and_exits_0_on_sigterm() {
         &f.log(),
         b"{\"seq\": 1, \"op\": \"SHIM_START\", \"result\": {\"ok\": true}}\n",
     );
-    expect_lines(&rx, &["seq=    1  SHIM_START              ok"]);
+    expect_lines(
+        &rx,
+        &["?                              1  ?             SHIM_START                    -  ok"],
+    );
 
     signal(&child, rustix::process::Signal::TERM);
     assert_eq!(wait_for_exit(&mut child), Some(0));
@@ -1236,7 +1271,7 @@ fn tail_exits_0_on_sigint() {
     let f = Fixture::without_key();
     f.write_log(&spec_log());
     let mut child = f
-        .command(&["tail"])
+        .command(&["tail", "--follow"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -1269,20 +1304,25 @@ fn tail_escapes_terminal_controls_and_bidi_overrides_in_records() {
     let written = fs::read_to_string(f.log()).unwrap();
     append(&f.log(), format!("not json {hostile}\n").as_bytes());
     let mut child = f
-        .command(&["tail"])
+        .command(&["tail", "--follow"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let rx = line_reader(&mut child);
     let shown = r"X\u{9b}2J\u{1b}]0;t\u{7}\u{7f}\u{202e}\u{2066}\u{200b}";
-    expect_lines(
-        &rx,
-        &[
-            &format!("seq=    1  {shown}  err:{shown}"),
-            &format!("[unparseable] not json {shown}"),
-        ],
+    // Escaped, then cut between escapes to the column's maximum: 32
+    // characters for the op, 40 for the error code, `…` included.
+    let op = r"X\u{9b}2J\u{1b}]0;t\u{7}\u{7f}…";
+    let code = r"X\u{9b}2J\u{1b}]0;t\u{7}\u{7f}\u{202e}…";
+    let record_line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (time, rest) = record_line.split_at(25);
+    assert!(time.ends_with("+00:00"), "{record_line}");
+    assert_eq!(
+        rest,
+        format!("      1  -             {op}      0ms  err:{code}")
     );
+    expect_lines(&rx, &[&format!("[unparseable] not json {shown}")]);
     signal(&child, rustix::process::Signal::TERM);
     assert_eq!(wait_for_exit(&mut child), Some(0));
     // The log itself is unchanged: the record holds the raw text.
@@ -1298,6 +1338,493 @@ fn tail_of_a_missing_log_exits_1() {
     let run = f.run(&["tail"]);
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stderr.contains("Audit log not found: "), "{run:?}");
+}
+
+// ---- the readable views: tail's columns and filters, --json, local times ---------------
+
+/// Central European time as a POSIX TZ string: no zoneinfo file needed.
+const BERLIN: &str = "CET-1CEST,M3.5.0,M10.5.0/3";
+
+/// Whether `c` would do something on a terminal other than show itself.
+fn is_terminal_control(c: char) -> bool {
+    let u = c as u32;
+    u < 0x20
+        || (0x7f..=0x9f).contains(&u)
+        || (0x202a..=0x202e).contains(&u)
+        || (0x2066..=0x2069).contains(&u)
+        || matches!(u, 0x200b..=0x200f | 0x2028 | 0x2029 | 0x061c | 0xfeff)
+}
+
+/// No raw terminal control anywhere in `text` but the line ends.
+fn assert_no_raw_controls(text: &str) {
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| c != '\n' && is_terminal_control(c))
+        .collect();
+    assert!(raw.is_empty(), "raw controls {raw:?} in\n{text}");
+}
+
+/// A record of `op` in `session` (`None`: the writer's default, `-`).
+fn op_entry(op: &str, session: Option<&str>, details: Details, result: Outcome) -> Entry {
+    Entry {
+        op: op.into(),
+        request_id: Some(format!("req-{op}")),
+        details,
+        result,
+        session_id: session.map(str::to_owned),
+    }
+}
+
+fn path_details(path: &str) -> Details {
+    Details::new().with("path", json!(path))
+}
+
+/// The columns after the time: everything from the `seq` on.
+fn after_time(line: &str) -> &str {
+    line.get(25..)
+        .unwrap_or_else(|| panic!("short line {line:?}"))
+}
+
+/// Records of two chats and of no session, written by the real writer.
+fn two_chats_log(f: &Fixture) {
+    let (log, thread) = f.writer();
+    let ok = Outcome::default();
+    log.write(Entry::event(
+        "SHIM_START",
+        Details::new().with("shim_version", json!(VERSION)),
+    ))
+    .unwrap();
+    for (op, session, path) in [
+        ("FILE_READ", "chat-a", "/w/a/one.txt"),
+        ("FILE_READ", "chat-b", "/w/b/two.txt"),
+        ("FILE_WRITE", "chat-a", "/w/a/three.txt"),
+        ("FILE_READ", "chat-a", "/w/a/four.txt"),
+    ] {
+        log.write(op_entry(op, Some(session), path_details(path), ok.clone()))
+            .unwrap();
+    }
+    drop(log);
+    thread.join();
+}
+
+#[test]
+fn tail_prints_the_existing_records_one_summary_line_each_and_exits() {
+    let f = Fixture::without_key();
+    f.write_log(&spec_log());
+    let run = f.run(&["tail"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(lines(&run.stdout), SPEC_TAIL);
+}
+
+#[test]
+fn tail_and_show_print_local_time_in_the_zone_of_tz() {
+    let f = Fixture::without_key();
+    f.write_log(&spec_log());
+    let mut cmd = f.command(&["tail"]);
+    cmd.env("TZ", BERLIN);
+    let run = finish(cmd);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let times: Vec<&str> = lines(&run.stdout).iter().map(|l| &l[..25]).collect();
+    // Summer time in April, winter time in February.
+    assert_eq!(
+        times,
+        [
+            "2024-04-05T21:34:38+02:00",
+            "2024-04-05T21:34:39+02:00",
+            "2024-04-05T21:34:40+02:00",
+            "2025-02-09T02:25:14+01:00",
+        ]
+    );
+    // The rest of each line does not depend on the zone.
+    for (line, utc) in lines(&run.stdout).iter().zip(SPEC_TAIL) {
+        assert_eq!(after_time(line), after_time(utc));
+    }
+    for (seq, note) in [
+        (
+            "1",
+            "# ts 1712345678.123 is 2024-04-05T21:34:38.123000+02:00 local time",
+        ),
+        (
+            "3",
+            "# ts 1712345680.0 is 2024-04-05T21:34:40+02:00 local time",
+        ),
+        (
+            "4",
+            "# ts 1739064314.9882812 is 2025-02-09T02:25:14.988281+01:00 local time",
+        ),
+    ] {
+        let mut cmd = f.command(&["show", seq]);
+        cmd.env("TZ", BERLIN);
+        let run = finish(cmd);
+        assert_eq!(run.code, Some(0), "{run:?}");
+        let shown = lines(&run.stdout);
+        assert_eq!(shown[..2], ["# from audit.log", note], "{run:?}");
+        // The record after the comment lines is still JSON, unchanged.
+        let body: Value = serde_json::from_str(&shown[2..].join("\n")).unwrap();
+        assert_eq!(body["seq"].to_string(), seq);
+    }
+}
+
+#[test]
+fn tail_local_time_of_a_fresh_record_agrees_with_date() {
+    let f = Fixture::new();
+    f.written_log(0);
+    let record: Value =
+        serde_json::from_str(fs::read_to_string(f.log()).unwrap().lines().next().unwrap()).unwrap();
+    let seconds = record["ts"].as_f64().unwrap().floor() as i64;
+    let Ok(out) = Command::new("date")
+        .env("TZ", BERLIN)
+        .arg("-d")
+        .arg(format!("@{seconds}"))
+        .arg("+%Y-%m-%dT%H:%M:%S%:z")
+        .output()
+    else {
+        println!("skipped: no date command");
+        return;
+    };
+    if !out.status.success() {
+        println!("skipped: date -d failed (not GNU date?)");
+        return;
+    }
+    let want = String::from_utf8(out.stdout).unwrap();
+    let mut cmd = f.command(&["tail"]);
+    cmd.env("TZ", BERLIN);
+    let run = finish(cmd);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(&run.stdout[..25], want.trim(), "{run:?}");
+}
+
+#[test]
+fn tail_session_filter_shows_only_that_sessions_records() {
+    let f = Fixture::new();
+    two_chats_log(&f);
+    let run = f.run(&["tail", "--session", "chat-a"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let shown: Vec<&str> = lines(&run.stdout).into_iter().map(after_time).collect();
+    assert_eq!(
+        shown,
+        [
+            "      2  chat-a        FILE_READ                   0ms  ok         /w/a/one.txt",
+            "      4  chat-a        FILE_WRITE                  0ms  ok         /w/a/three.txt",
+            "      5  chat-a        FILE_READ                   0ms  ok         /w/a/four.txt",
+        ]
+    );
+    // `-` selects the records of no session.
+    let run = f.run(&["tail", "--session", "-"]);
+    assert_eq!(lines(&run.stdout).len(), 1, "{run:?}");
+    assert!(run.stdout.contains("  SHIM_START  "), "{run:?}");
+    // Exact match only: no prefix, no other case; nothing matching is not
+    // an error.
+    for other in ["chat", "CHAT-A", "chat-c"] {
+        let run = f.run(&["tail", "--session", other]);
+        assert_eq!(run.code, Some(0), "{run:?}");
+        assert_eq!(run.stdout, "", "{other}");
+    }
+}
+
+#[test]
+fn tail_op_filter_shows_only_that_operation_and_combines_with_session() {
+    let f = Fixture::new();
+    two_chats_log(&f);
+    let run = f.run(&["tail", "--op", "FILE_READ"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let targets: Vec<&str> = lines(&run.stdout)
+        .iter()
+        .map(|l| l.rsplit("  ").next().unwrap())
+        .collect();
+    assert_eq!(targets, ["/w/a/one.txt", "/w/b/two.txt", "/w/a/four.txt"]);
+    let run = f.run(&["tail", "--op=FILE_READ", "--session=chat-b"]);
+    assert_eq!(lines(&run.stdout).len(), 1, "{run:?}");
+    assert!(run.stdout.ends_with("  /w/b/two.txt\n"), "{run:?}");
+    let run = f.run(&["tail", "--op", "FILE_DELETE"]);
+    assert_eq!((run.code, run.stdout.as_str()), (Some(0), ""));
+}
+
+#[test]
+fn tail_refuses_an_unknown_op_and_malformed_flags_with_a_usage_error() {
+    let f = Fixture::new();
+    two_chats_log(&f);
+    let run = f.run(&["tail", "--op", "file_read"]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stdout.is_empty());
+    let message: Vec<&str> = lines(&run.stderr)
+        .into_iter()
+        .filter(|l| l.contains("--op"))
+        .collect();
+    assert_eq!(
+        message,
+        [
+            "autogpt-shim: invalid --op (expected an audit operation name such as FILE_READ, \
+          EXECUTE_COMMAND or JAIL_VIOLATION): 'file_read'"
+        ],
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("Usage: autogpt-shim"), "{run:?}");
+    for args in [
+        &["tail", "--op"][..],
+        &["tail", "--op", "HELLO"],
+        &["tail", "--session"],
+        &["tail", "--session", ""],
+        &["tail", "--follow=yes"],
+        &["tail", "--json=1"],
+        &["tail", "--lines", "5"],
+        &["tail", "extra"],
+    ] {
+        let run = f.run(args);
+        assert_eq!(run.code, Some(2), "{args:?}: {run:?}");
+        assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
+        assert!(run.stderr.contains("Usage: autogpt-shim"), "{run:?}");
+    }
+}
+
+#[test]
+fn tail_shows_the_path_or_command_of_each_operation_cut_to_sixty_characters() {
+    let f = Fixture::new();
+    let (log, thread) = f.writer();
+    let long = format!("/w/{}", "é".repeat(100));
+    let failed = Outcome {
+        ok: false,
+        exit_code: Some(-9),
+        duration_ms: 30_000,
+        error_code: Some("COMMAND_TIMEOUT".into()),
+    };
+    let entries = [
+        op_entry(
+            "FILE_READ",
+            Some("c"),
+            path_details(&long),
+            Outcome::default(),
+        ),
+        op_entry(
+            "FILE_MOVE",
+            Some("c"),
+            Details::new()
+                .with("src", json!("/w/old name"))
+                .with("dst", json!("/w/new"))
+                .with("overwrite", json!(false)),
+            Outcome::default(),
+        ),
+        op_entry(
+            "EXECUTE_COMMAND",
+            Some("c"),
+            Details::new()
+                .with("command", Value::Null)
+                .with("argv", json!(["grep", "-r", "two words", "/w"]))
+                .with("shell", json!("auto")),
+            Outcome {
+                exit_code: Some(1),
+                duration_ms: 1_234,
+                ..Outcome::default()
+            },
+        ),
+        op_entry(
+            "EXECUTE_COMMAND",
+            Some("c"),
+            Details::new().with("command", json!("sleep 100")),
+            failed,
+        ),
+    ];
+    for entry in entries {
+        log.write(entry).unwrap();
+    }
+    drop(log);
+    thread.join();
+    let run = f.run(&["tail"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let shown: Vec<&str> = lines(&run.stdout).into_iter().map(after_time).collect();
+    let cut = format!("/w/{}…", "é".repeat(56));
+    assert_eq!(cut.chars().count(), 60);
+    assert_eq!(
+        shown,
+        [
+            format!("      1  c             FILE_READ                   0ms  ok         {cut}")
+                .as_str(),
+            "      2  c             FILE_MOVE                   0ms  ok         /w/old name -> /w/new",
+            "      3  c             EXECUTE_COMMAND            1.2s  ok exit=1  grep -r 'two words' /w",
+            "      4  c             EXECUTE_COMMAND           30.0s  err:COMMAND_TIMEOUT exit=-9  sleep 100",
+        ]
+    );
+}
+
+#[test]
+fn tail_shows_hostile_paths_escaped_on_one_line() {
+    let f = Fixture::new();
+    let (log, thread) = f.writer();
+    let hostile = "/w/a\nb\u{2028}\u{85}\u{202e}\u{2066}txt\r\u{1b}[31mred\u{1b}]0;title\u{7}";
+    log.write(op_entry(
+        "FILE_WRITE",
+        Some("chat\u{1b}[2J"),
+        path_details(hostile),
+        Outcome::default(),
+    ))
+    .unwrap();
+    drop(log);
+    thread.join();
+    let run = f.run(&["tail"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_no_raw_controls(&run.stdout);
+    assert_eq!(lines(&run.stdout).len(), 1, "{run:?}");
+    assert!(
+        run.stdout
+            .ends_with("  /w/a\\nb\\u{2028}\\u{85}\\u{202e}\\u{2066}txt\\r\\u{1b}[31mred…\n"),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("  chat\\u{1b}[2J  "), "{run:?}");
+    // The filter compares with the record, not with what is shown.
+    let run = f.run(&["tail", "--session", "chat\u{1b}[2J"]);
+    assert_eq!(lines(&run.stdout).len(), 1, "{run:?}");
+}
+
+#[test]
+fn tail_json_prints_the_record_lines_as_written() {
+    let f = Fixture::new();
+    two_chats_log(&f);
+    let written = fs::read_to_string(f.log()).unwrap();
+    let run = f.run(&["tail", "--json"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout, written);
+    let run = f.run(&["tail", "--json", "--session", "chat-a", "--op", "FILE_READ"]);
+    let kept: Vec<&str> = written
+        .lines()
+        .filter(|l| l.contains("\"session_id\": \"chat-a\"") && l.contains("\"op\": \"FILE_READ\""))
+        .collect();
+    assert_eq!(kept.len(), 2);
+    assert_eq!(lines(&run.stdout), kept);
+}
+
+#[test]
+fn tail_json_escapes_bidi_and_line_separators_and_keeps_the_record() {
+    let f = Fixture::new();
+    let (log, thread) = f.writer();
+    // JSON escapes C0 controls itself, but not DEL, C1 controls, bidi
+    // controls or U+2028/U+2029.
+    let hostile =
+        "/w/\u{202e}cod.exe\u{2066}\u{2028}\u{2029}\u{85}\u{9b}2J\u{7f}\u{200b}\u{1b}[1m\n";
+    log.write(op_entry(
+        "FILE_READ",
+        Some("c"),
+        path_details(hostile),
+        Outcome::default(),
+    ))
+    .unwrap();
+    drop(log);
+    thread.join();
+    let written = fs::read_to_string(f.log()).unwrap();
+    assert!(written.contains('\u{202e}') && written.contains('\u{2028}'));
+    append(&f.log(), "not json \u{202e}\u{1b}[2J\n".as_bytes());
+    let run = f.run(&["tail", "--json"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_no_raw_controls(&run.stdout);
+    assert_no_raw_controls(&run.stderr.replace('\n', ""));
+    let shown = lines(&run.stdout);
+    assert_eq!(shown.len(), 1, "{run:?}");
+    assert!(
+        shown[0].contains(
+            r#""path": "/w/\u202ecod.exe\u2066\u2028\u2029\u0085\u009b2J\u007f\u200b\u001b[1m\n""#
+        ),
+        "{}",
+        shown[0]
+    );
+    // The same record, once parsed.
+    let original: Value = serde_json::from_str(written.lines().next().unwrap()).unwrap();
+    let printed: Value = serde_json::from_str(shown[0]).unwrap();
+    assert_eq!(printed, original);
+    // A line that is not a record goes to stderr, so stdout stays JSON Lines.
+    assert!(
+        run.stderr
+            .contains("[unparseable] not json \\u{202e}\\u{1b}[2J\n"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn tail_leaves_out_an_incomplete_last_line_and_says_so() {
+    let f = Fixture::without_key();
+    let mut log = spec_log();
+    log.extend_from_slice(b"{\"ts\": 1712345690.0, \"seq\": 5, \"op\": \"FILE");
+    f.write_log(&log);
+    let run = f.run(&["tail"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(lines(&run.stdout), SPEC_TAIL);
+    assert!(
+        run.stderr.contains(
+            "audit.log: the last line is incomplete (still being written, or cut off) and is not shown"
+        ),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn tail_follow_picks_up_new_records_that_pass_the_filters() {
+    let f = Fixture::new();
+    two_chats_log(&f);
+    let mut child = f
+        .command(&[
+            "tail",
+            "--follow",
+            "--session",
+            "chat-a",
+            "--op",
+            "FILE_READ",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rx = line_reader(&mut child);
+    for want in ["/w/a/one.txt", "/w/a/four.txt"] {
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(line.ends_with(&format!("  {want}")), "{line}");
+    }
+    // Records of another session or op are left out; the next line shown
+    // is the next matching record.
+    let (log, thread) = f.writer();
+    for (op, session, path) in [
+        ("FILE_READ", "chat-b", "/w/b/five.txt"),
+        ("FILE_WRITE", "chat-a", "/w/a/six.txt"),
+        ("FILE_READ", "chat-a", "/w/a/seven.txt"),
+    ] {
+        log.write(op_entry(
+            op,
+            Some(session),
+            path_details(path),
+            Outcome::default(),
+        ))
+        .unwrap();
+    }
+    drop(log);
+    thread.join();
+    let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        after_time(&line),
+        "      8  chat-a        FILE_READ                   0ms  ok         /w/a/seven.txt"
+    );
+    assert!(rx.recv_timeout(Duration::from_millis(700)).is_err());
+    signal(&child, rustix::process::Signal::TERM);
+    assert_eq!(wait_for_exit(&mut child), Some(0));
+}
+
+#[test]
+fn tail_follow_json_prints_new_record_lines() {
+    let f = Fixture::new();
+    f.written_log(0);
+    let mut child = f
+        .command(&["tail", "--follow", "--json", "--op", "TOKEN_REFRESHED"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rx = line_reader(&mut child);
+    let (log, thread) = f.writer();
+    log.write(Entry::event("TOKEN_REFRESHED", Details::new()))
+        .unwrap();
+    drop(log);
+    thread.join();
+    let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let written = fs::read_to_string(f.log()).unwrap();
+    assert_eq!(Some(line.as_str()), written.lines().nth(1));
+    signal(&child, rustix::process::Signal::INT);
+    assert_eq!(wait_for_exit(&mut child), Some(0));
 }
 
 // ---- progress ----------------------------------------------------------------------------
@@ -1331,11 +1858,9 @@ fn verify_shows_no_progress_when_stderr_is_not_a_terminal() {
     assert!(!run.stderr.contains('\r'));
 }
 
-#[test]
-fn verify_shows_progress_on_a_terminal_and_only_there() {
-    let f = Fixture::new();
-    large_log(&f);
-    // Python's pty module gives the binary a terminal as stderr.
+/// Runs `inner` with a terminal as its stderr (Python's pty module gives
+/// it one) and returns Python's repr of `(exit code, stdout, stderr)`.
+fn run_with_terminal_stderr(f: &Fixture, inner: &Command) -> String {
     let script = "import os, pty, subprocess, sys\n\
                   m, s = pty.openpty()\n\
                   p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=s)\n\
@@ -1352,7 +1877,6 @@ fn verify_shows_progress_on_a_terminal_and_only_there() {
                   \x20   err += chunk\n\
                   p.wait()\n\
                   sys.stdout.write(repr((p.returncode, out, err)))\n";
-    let inner = f.command(&["verify"]);
     let mut cmd = Command::new("python3");
     cmd.args(["-c", script]).arg(inner.get_program());
     cmd.args(inner.get_args());
@@ -1365,10 +1889,35 @@ fn verify_shows_progress_on_a_terminal_and_only_there() {
     cmd.current_dir(f.path("work"));
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn verify_shows_progress_on_a_terminal_and_only_there() {
+    let f = Fixture::new();
+    large_log(&f);
+    let text = run_with_terminal_stderr(&f, &f.command(&["verify"]));
     assert!(text.starts_with("(0, b'audit.log: OK\\n', b'"), "{text}");
     assert!(text.contains("\\rverifying audit.log:   "), "{text}");
     assert!(text.contains("%"), "{text}");
     // The progress line is erased at the end, so only results remain.
     assert!(text.ends_with("\\r\\x1b[2K')"), "{text}");
+}
+
+#[test]
+fn export_shows_progress_on_a_terminal_and_only_there() {
+    let f = Fixture::new();
+    large_log(&f);
+    let text = run_with_terminal_stderr(&f, &f.command(&["export", "--output", "big.zip"]));
+    assert!(
+        text.starts_with("(0, b'Wrote big.zip\\n  files: 1\\n"),
+        "{text}"
+    );
+    assert!(text.contains("\\rexporting: "), "{text}");
+    assert!(text.contains("\\rexporting: 100%"), "{text}");
+    assert!(text.ends_with("\\r\\x1b[2K')"), "{text}");
+    // Without a terminal: the same result, no progress.
+    let run = f.run(&["export", "--output", "quiet.zip"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(!run.stderr.contains("exporting") && !run.stderr.contains('\r'));
 }

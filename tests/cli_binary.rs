@@ -149,7 +149,7 @@ const SPEC: &[(&str, &[&str])] = &[
             "prune",
         ],
     ),
-    ("audit tail", &[]),
+    ("audit tail", &["--follow", "--session", "--op", "--json"]),
     ("audit show", &["<seq>"]),
     ("audit verify", &[]),
     ("audit verify-all", &[]),
@@ -184,6 +184,7 @@ fn sample(placeholder: &str) -> &'static str {
         "LEVEL" => "info",
         "ID" => "session-1",
         "DUR" => "1d",
+        "OP" => "FILE_READ",
         other => panic!("no sample value for {other}"),
     }
 }

@@ -11,7 +11,10 @@
 //! * `files` — the current and rotated files in their strict order; the
 //!   last complete line of a file; a record by `seq`, the newest `ts`.
 //! * `tail` — following the current log across rotations (`audit tail`).
-//! * `pretty` — a record re-indented in on-disk order (`audit show`).
+//! * `pretty` — a record re-indented in on-disk order (`audit show`), and
+//!   a record line made safe for a terminal (`audit tail --json`).
+//! * `view` — the one-line summary of a record, local times, the record
+//!   filters and the known operation names (`audit tail`, `audit show`).
 //! * `export` — the signed ZIP bundle (`audit export`).
 //!
 //! This module never logs or prints a record's secrets (there are none by
@@ -27,6 +30,7 @@ pub(crate) mod pretty;
 pub(crate) mod record;
 pub(crate) mod tail;
 pub(crate) mod verify;
+pub(crate) mod view;
 pub(crate) mod writer;
 
 /// The sealed tail anchor, parsed and checked against the key.
@@ -41,6 +45,8 @@ pub use export::{
 pub use record::{AuditKey, Details, Outcome, Record, Sealed, hex};
 /// The verifier's verdict on a log's bytes.
 pub use verify::{Violation, ViolationKind, verify_bytes};
+/// The record filter of `audit tail`.
+pub use view::Filter;
 /// The writer thread and the handles that append through it.
 pub use writer::{
     AuditError, AuditLog, Durable, Entry, RotateReason, SessionAudit, Ticket, WriterOptions,

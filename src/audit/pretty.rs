@@ -1,5 +1,7 @@
-//! The indented form of one record for `audit show` (AUDIT.md §11.2): Python's
-//! `json.dumps(record, indent=2, ensure_ascii=False)` of the parsed line.
+//! Records shown as JSON on a terminal: the indented form of one record for
+//! `audit show` (AUDIT.md §11.2), Python's
+//! `json.dumps(record, indent=2, ensure_ascii=False)` of the parsed line, and
+//! the record line itself for `audit tail --json` ([`terminal_safe_line`]).
 //!
 //! It re-indents the line's own tokens instead of going through a parsed map,
 //! so members stay in on-disk order (a map would sort them) and every number
@@ -110,6 +112,46 @@ pub fn indent(line: &str) -> String {
     out
 }
 
+/// The record line `line` (one JSON value, already known to parse) as
+/// `audit tail --json` prints it: unchanged, except that every non-printing
+/// character (see [`is_non_printing`]) inside a string becomes a JSON
+/// escape and one between tokens (a tab or CR, the only ones JSON allows
+/// there) a space. The result is still one line of JSON meaning the same
+/// record; a line with nothing to hide comes back borrowed, byte for byte.
+pub fn terminal_safe_line(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.chars().any(is_non_printing) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    let mut in_string = false;
+    let mut after_backslash = false;
+    for c in line.chars() {
+        if !in_string {
+            in_string = c == '"';
+            out.push(if is_non_printing(c) { ' ' } else { c });
+        } else if after_backslash {
+            // In valid JSON the escaped character is printable ASCII
+            // (`"`, `\\`, `/`, `b`, `f`, `n`, `r`, `t` or `u`).
+            after_backslash = false;
+            out.push(c);
+        } else {
+            match c {
+                '\\' => {
+                    after_backslash = true;
+                    out.push(c);
+                }
+                '"' => {
+                    in_string = false;
+                    out.push(c);
+                }
+                c if is_non_printing(c) => push_shown_char(&mut out, c),
+                c => out.push(c),
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// One character of a shown string: the escapes of §5.3, and a `\uXXXX`
 /// escape (a surrogate pair above U+FFFF) for the other non-printing ones.
 fn push_shown_char(out: &mut String, c: char) {
@@ -154,7 +196,7 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::indent;
+    use super::{indent, terminal_safe_line};
 
     #[test]
     fn members_keep_their_order_and_numbers_their_text() {
@@ -194,5 +236,29 @@ mod tests {
             indent("{\"p\": \"\\ud800\u{202e}\"}"),
             "{\n  \"p\": \"\\ud800\\u202e\"\n}"
         );
+    }
+
+    #[test]
+    fn a_line_with_nothing_to_hide_is_kept_byte_for_byte() {
+        let line =
+            r#"{"ts": 1712345680.0, "op": "FILE_READ", "details": {"path": "/tmp/caf\u00e9 é\n"}}"#;
+        assert!(matches!(
+            terminal_safe_line(line),
+            std::borrow::Cow::Borrowed(kept) if kept == line
+        ));
+    }
+
+    #[test]
+    fn a_json_line_hides_controls_bidi_and_separators_but_keeps_its_value() {
+        let line = "{\"p\":\t\"a\u{9b}2J\u{202e}b\u{2028}c\u{2066}\u{200b}\u{e0041}\\\"\u{85}\", \"q\": [\"\u{7f}\"]}\r";
+        let shown = terminal_safe_line(line);
+        assert_eq!(
+            shown,
+            "{\"p\": \"a\\u009b2J\\u202eb\\u2028c\\u2066\\u200b\\udb40\\udc41\\\"\\u0085\", \"q\": [\"\\u007f\"]} "
+        );
+        assert!(!shown.chars().any(crate::text::is_non_printing));
+        let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        let original: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(parsed, original);
     }
 }

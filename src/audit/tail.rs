@@ -80,6 +80,12 @@ impl Follower {
         Ok(lines)
     }
 
+    /// How many bytes after the last LF wait for the rest of their line
+    /// (a record being written, or a file cut off mid-line).
+    pub fn pending(&self) -> usize {
+        self.partial.len()
+    }
+
     /// Reads `file` to its current end and splits off the complete lines.
     fn read_new(&mut self, lines: &mut Vec<Vec<u8>>) -> io::Result<()> {
         let mut chunk = Vec::new();

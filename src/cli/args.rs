@@ -458,7 +458,10 @@ fn value(parser: &mut Parser, option: &'static str) -> Result<OsString, UsageErr
 }
 
 /// `--flag=value` for a flag that takes no value is a usage error.
-fn refuse_attached_value(parser: &mut Parser, option: &'static str) -> Result<(), UsageError> {
+pub(crate) fn refuse_attached_value(
+    parser: &mut Parser,
+    option: &'static str,
+) -> Result<(), UsageError> {
     match parser.optional_value() {
         Some(_) => Err(UsageError::UnexpectedValue(option.to_owned())),
         None => Ok(()),
@@ -491,6 +494,7 @@ mod tests {
             "LEVEL" => "info",
             "ID" => "session-1",
             "DUR" => "1d",
+            "OP" => "FILE_READ",
             other => panic!("no sample value for the placeholder {other}: add one here"),
         }
     }

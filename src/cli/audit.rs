@@ -2,11 +2,12 @@
 //! arguments and everything they print, with the exit codes of §11.6.
 //!
 //! The work itself lives in [`crate::audit`] (verification, file discovery,
-//! following, the export bundle, the writer for `rotate`); this module turns
-//! its results into the exact lines the specification fixes and maps each
-//! failure to its exit code in one place. Results go to stdout, errors and
-//! warnings to stderr, progress only to a terminal. It never prints the
-//! audit key and never creates one: every key is loaded read-only.
+//! following, the summary line and local time of a record, the export
+//! bundle, the writer for `rotate`); this module turns its results into the
+//! lines each subcommand prints and maps each failure to its exit code in
+//! one place. Results go to stdout, errors and warnings to stderr, progress
+//! only to a terminal. It never prints the audit key and never creates one:
+//! every key is loaded read-only.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -23,17 +24,18 @@ use super::{PROGRAM, UsageError, VERSION, load_config};
 use crate::audit::canonical::repr_f64;
 use crate::audit::export::{ExportOptions, export, export_with_progress};
 use crate::audit::files::{self, base_name, find_record, newest_ts};
-use crate::audit::pretty::indent;
+use crate::audit::pretty::{indent, terminal_safe_line};
 use crate::audit::tail::Follower;
 use crate::audit::verify::{
     Violation, ViolationKind, check_file_link, read_current_with_anchor, verify_bytes,
     verify_bytes_with_progress,
 };
+use crate::audit::view::{self, Filter};
 use crate::audit::{AuditError, AuditKey, AuditLog, RotateReason, WriterOptions};
 use crate::config::{Config, Environment, Overrides};
 use crate::exit;
 use crate::secrets::{ErrorClass, SecretError, SecretStore};
-use crate::text::one_line;
+use crate::timefmt::LocalZone;
 use crate::{sys, timefmt};
 
 /// How often `tail` looks for appended lines (AUDIT.md §11.1).
@@ -46,8 +48,9 @@ const DEFAULT_OLDER_THAN: &str = "90d";
 /// An `audit` subcommand with its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuditCommand {
-    /// `audit tail`: print the records, then follow appends.
-    Tail,
+    /// `audit tail [--follow] [--session ID] [--op OP] [--json]`: print the
+    /// records, and with `--follow` the ones appended later.
+    Tail(TailOptions),
     /// `audit show <seq>`: the first record with that seq.
     Show {
         /// The seq to look for.
@@ -73,6 +76,18 @@ pub enum AuditCommand {
     },
 }
 
+/// The options of `audit tail`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TailOptions {
+    /// `--follow`: after the existing records, keep printing appended ones
+    /// (across rotations) until SIGINT or SIGTERM.
+    pub follow: bool,
+    /// `--json`: print the record lines themselves instead of summaries.
+    pub json: bool,
+    /// `--session ID` and `--op OP`.
+    pub filter: Filter,
+}
+
 // ---- parsing ------------------------------------------------------------------
 
 /// Parses what follows `audit`; `spec` is its entry in the command table.
@@ -87,7 +102,7 @@ pub(crate) fn parse(parser: &mut Parser, spec: &'static CommandSpec) -> Result<A
         .and_then(|word| spec.subcommand(word))
         .ok_or_else(|| UsageError::UnknownCommand(format!("audit {}", name.to_string_lossy())))?;
     let command = match sub.word() {
-        "tail" => AuditCommand::Tail,
+        "tail" => return parse_tail(parser, sub).map(AuditCommand::Tail),
         "show" => AuditCommand::Show {
             seq: parse_seq(parser, sub)?,
         },
@@ -138,6 +153,50 @@ fn end_of_arguments(parser: &mut Parser, spec: &'static CommandSpec) -> Result<(
         Some(Arg::Option(option, _)) => Err(unhandled(option)),
         Some(Arg::Positional(arg)) => Err(unexpected(arg)),
     }
+}
+
+/// The options of `tail`:
+///
+/// | Option | Effect |
+/// |---|---|
+/// | `--follow` | keep printing appended records until Ctrl+C |
+/// | `--session ID` | only records whose `session_id` is `ID` (`-`: no session) |
+/// | `--op OP` | only records whose `op` is `OP`, a name of AUDIT.md §3 |
+/// | `--json` | the record lines themselves, one per line |
+fn parse_tail(parser: &mut Parser, spec: &'static CommandSpec) -> Result<TailOptions, Halt> {
+    let mut options = TailOptions::default();
+    while let Some(arg) = next_arg(parser, spec)? {
+        let (option, value) = match arg {
+            Arg::Option(option, value) => (option, value),
+            Arg::Positional(arg) => return Err(unexpected(arg)),
+        };
+        match (option.long, value) {
+            ("--follow", None) => options.follow = true,
+            ("--json", None) => options.json = true,
+            ("--session", Some(v)) => {
+                let session = text(option, v)?;
+                if session.is_empty() {
+                    return Err(UsageError::InvalidValue {
+                        option: "--session",
+                        reason: "empty (use - for records of no session)",
+                    }
+                    .into());
+                }
+                options.filter.session = Some(session);
+            }
+            ("--op", Some(v)) => {
+                let name = text(option, v)?;
+                let op = view::known_op(&name).ok_or(UsageError::InvalidArgument {
+                    what: "--op (expected an audit operation name such as FILE_READ, \
+                           EXECUTE_COMMAND or JAIL_VIOLATION)",
+                    value: name,
+                })?;
+                options.filter.op = Some(op);
+            }
+            _ => return Err(unhandled(option)),
+        }
+    }
+    Ok(options)
 }
 
 /// `<seq>` of `show`: a decimal integer, optionally signed.
@@ -197,7 +256,7 @@ pub(crate) fn run(
         Err(code) => return code,
     };
     match command {
-        AuditCommand::Tail => tail(&config.audit_log_path, stdout, stderr),
+        AuditCommand::Tail(options) => tail(&config.audit_log_path, &options, stdout, stderr),
         AuditCommand::Show { seq } => show(&config.audit_log_path, seq, stdout, stderr),
         AuditCommand::Verify => verify(&config, stdout, stderr),
         AuditCommand::VerifyAll => verify_all(&config, stdout, stderr),
@@ -275,9 +334,35 @@ fn key_failure(error: &SecretError, stderr: &mut dyn Write) -> u8 {
 
 // ---- tail (§11.1) ---------------------------------------------------------------
 
-fn tail(path: &Path, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+fn tail(path: &Path, options: &TailOptions, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
     if let Err(code) = check_current(path, stderr) {
         return code;
+    }
+    let zone = timefmt::local_zone();
+    if !options.follow {
+        let mut follower = match open_follower(path, stderr) {
+            Ok(follower) => follower,
+            Err(code) => return code,
+        };
+        let lines = match follower.poll() {
+            Ok(lines) => lines,
+            Err(e) => {
+                say!(stderr, "Could not read {}: {e}", path.display());
+                return exit::NEGATIVE_RESULT;
+            }
+        };
+        print_tail_lines(&lines, options, zone, stdout, stderr);
+        // A line without its LF yet is being written (or was cut off): it
+        // is not a record until it ends, so it is left out, but not
+        // silently.
+        if follower.pending() > 0 {
+            say!(
+                stderr,
+                "{}: the last line is incomplete (still being written, or cut off) and is not shown",
+                base_name(path)
+            );
+        }
+        return exit::SUCCESS;
     }
     // Blocked before any other thread exists, so every thread inherits the
     // mask and only the waiting thread below ever accepts the signal.
@@ -300,13 +385,9 @@ fn tail(path: &Path, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
         say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
         return exit::EX_SOFTWARE;
     }
-    let mut follower = match Follower::open(path) {
+    let mut follower = match open_follower(path, stderr) {
         Ok(follower) => follower,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return not_found(path, stderr),
-        Err(e) => {
-            say!(stderr, "Could not read {}: {e}", path.display());
-            return exit::NEGATIVE_RESULT;
-        }
+        Err(code) => return code,
     };
     loop {
         let lines = match follower.poll() {
@@ -316,15 +397,8 @@ fn tail(path: &Path, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
                 return exit::NEGATIVE_RESULT;
             }
         };
-        for line in lines {
-            if let Some(text) = tail_line(&line) {
-                // A reader that went away (`tail | head`) ends the command.
-                if writeln!(stdout, "{text}").is_err() {
-                    return exit::SUCCESS;
-                }
-            }
-        }
-        if stdout.flush().is_err() {
+        // A reader that went away (`tail --follow | head`) ends the command.
+        if !print_tail_lines(&lines, options, zone, stdout, stderr) {
             return exit::SUCCESS;
         }
         match stop_rx.recv_timeout(POLL_INTERVAL) {
@@ -336,61 +410,79 @@ fn tail(path: &Path, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
     }
 }
 
-/// One record as `tail` shows it: `seq=<seq:>5>  <op:<22>  <marker>`;
-/// `[unparseable] <line>` for a line that is not a JSON object; `None` for
-/// a blank line.
-pub fn tail_line(line: &[u8]) -> Option<String> {
+fn open_follower(path: &Path, stderr: &mut dyn Write) -> Result<Follower, u8> {
+    Follower::open(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            return not_found(path, stderr);
+        }
+        say!(stderr, "Could not read {}: {e}", path.display());
+        exit::NEGATIVE_RESULT
+    })
+}
+
+/// Prints what `tail` shows of `lines` (see [`tail_item`]): records on
+/// stdout, through one buffer flushed at the end; a line that is not a
+/// record on stdout too, or on stderr with `--json` so that stdout stays
+/// JSON Lines. False when stdout is closed.
+fn print_tail_lines(
+    lines: &[Vec<u8>],
+    options: &TailOptions,
+    zone: &LocalZone,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> bool {
+    let mut out = io::BufWriter::new(stdout);
+    for line in lines {
+        let written = match tail_item(line, options, zone) {
+            None => Ok(()),
+            Some(TailItem::Record(text)) => writeln!(out, "{text}"),
+            Some(TailItem::NotARecord(text)) if options.json => {
+                say!(stderr, "{text}");
+                Ok(())
+            }
+            Some(TailItem::NotARecord(text)) => writeln!(out, "{text}"),
+        };
+        if written.is_err() {
+            return false;
+        }
+    }
+    out.flush().is_ok()
+}
+
+/// What `tail` shows of one log line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TailItem {
+    /// A record that passed the filters: its summary line, or with
+    /// `--json` the line itself made safe for a terminal.
+    Record(String),
+    /// `[unparseable] <the line, escaped and cut>`: a line that is not a
+    /// JSON object (not UTF-8 either, with `--json`). Shown whatever the
+    /// filters, since nothing says it does not match them.
+    NotARecord(String),
+}
+
+/// What `tail` shows of the log line `line` (without its LF): `None` for a
+/// blank line or a record the filters leave out.
+pub fn tail_item(line: &[u8], options: &TailOptions, zone: &LocalZone) -> Option<TailItem> {
     let text = String::from_utf8_lossy(line);
     let text = text.trim();
     if text.is_empty() {
         return None;
     }
-    // Log lines are untrusted: control characters (a terminal escape
-    // sequence in an `op`, say) are shown escaped, never sent raw.
-    let Ok(Json::Object(record)) = serde_json::from_str::<Json>(text) else {
-        return Some(format!("[unparseable] {}", one_line(text)));
+    let record = match serde_json::from_str::<Json>(text) {
+        // `--json` promises the line as written: one that is not UTF-8 is
+        // not a JSON text, and its lossy copy would be a different record.
+        Ok(Json::Object(record)) if !options.json || std::str::from_utf8(line).is_ok() => record,
+        _ => return Some(TailItem::NotARecord(view::unparseable(text))),
     };
-    let field = |name: &str| record.get(name).map_or_else(|| "?".to_owned(), python_str);
-    let seq = one_line(&field("seq"));
-    let op = one_line(&field("op"));
-    let result = record.get("result");
-    let ok = result.and_then(|r| r.get("ok")).is_some_and(truthy);
-    let marker = if ok {
-        "ok".to_owned()
+    if !options.filter.matches(&record) {
+        return None;
+    }
+    Some(TailItem::Record(if options.json {
+        terminal_safe_line(text).into_owned()
     } else {
-        let code = result.and_then(|r| r.get("error_code"));
-        let code = code.map_or_else(|| "None".to_owned(), python_str);
-        format!("err:{}", one_line(&code))
-    };
-    Some(format!("seq={seq:>5}  {op:<22}  {marker}"))
-}
-
-/// How Python's `str()` shows a JSON value (the reference formats the
-/// fields it prints that way).
-fn python_str(value: &Json) -> String {
-    match value {
-        Json::Null => "None".to_owned(),
-        Json::Bool(true) => "True".to_owned(),
-        Json::Bool(false) => "False".to_owned(),
-        Json::String(s) => s.clone(),
-        Json::Number(n) if n.is_f64() => n
-            .as_f64()
-            .and_then(|f| repr_f64(f).ok())
-            .unwrap_or_else(|| n.to_string()),
-        other => other.to_string(),
-    }
-}
-
-/// Python truthiness of a JSON value.
-fn truthy(value: &Json) -> bool {
-    match value {
-        Json::Null => false,
-        Json::Bool(b) => *b,
-        Json::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Json::String(s) => !s.is_empty(),
-        Json::Array(a) => !a.is_empty(),
-        Json::Object(o) => !o.is_empty(),
-    }
+        view::summary(&record, zone)
+    }))
 }
 
 // ---- show (§11.2) ---------------------------------------------------------------
@@ -404,6 +496,9 @@ fn show(path: &Path, seq: i128, stdout: &mut dyn Write, stderr: &mut dyn Write) 
         match find_record(log, seq) {
             Ok(Some(line)) => {
                 say!(stdout, "# from {}", base_name(log));
+                if let Some(note) = local_time_note(&line, timefmt::local_zone()) {
+                    say!(stdout, "{note}");
+                }
                 say!(stdout, "{}", indent(&line));
                 return exit::SUCCESS;
             }
@@ -417,6 +512,23 @@ fn show(path: &Path, seq: i128, stdout: &mut dyn Write, stderr: &mut dyn Write) 
         path.display()
     );
     exit::NEGATIVE_RESULT
+}
+
+/// `# ts <raw value> is <local ISO 8601 time>`, the comment line `show`
+/// prints before the record when its `ts` is a number (the record itself
+/// stays JSON).
+fn local_time_note(line: &str, zone: &LocalZone) -> Option<String> {
+    let Ok(Json::Object(record)) = serde_json::from_str::<Json>(line) else {
+        return None;
+    };
+    let ts = record.get("ts").filter(|ts| ts.is_number())?;
+    // The number as written in the log (`1712345680.0` stays a float).
+    let raw = match ts.as_f64() {
+        Some(f) if ts.is_f64() => repr_f64(f).ok()?,
+        _ => ts.to_string(),
+    };
+    let local = view::local_iso(ts.as_f64()?, zone, true)?;
+    Some(format!("# ts {raw} is {local} local time"))
 }
 
 // ---- verify (§10.2) and verify-all (§10.3) ---------------------------------------
@@ -784,32 +896,91 @@ mod tests {
         assert_eq!(parse_duration("99999999999999999999999d"), Some(u64::MAX));
     }
 
+    fn utc() -> LocalZone {
+        LocalZone::from_tz_var(Some(std::ffi::OsStr::new("UTC")))
+    }
+
     #[test]
-    fn tail_lines_follow_the_reference_layout() {
-        let line = br#"{"seq": 3, "op": "JAIL_VIOLATION", "result": {"ok": false, "error_code": "PATH_OUTSIDE_ALLOWED_ROOT"}}"#;
+    fn tail_shows_summaries_skips_blank_lines_and_marks_what_is_not_a_record() {
+        let plain = TailOptions::default();
+        let line = br#"{"ts": 1712345680.0, "seq": 3, "op": "JAIL_VIOLATION", "session_id": "s", "details": {"path": "/x", "attempted_op": "FILE_READ"}, "result": {"ok": false, "duration_ms": 0, "error_code": "PATH_OUTSIDE_ALLOWED_ROOT"}}"#;
         assert_eq!(
-            tail_line(line).unwrap_or_default(),
-            "seq=    3  JAIL_VIOLATION          err:PATH_OUTSIDE_ALLOWED_ROOT"
+            tail_item(line, &plain, &utc()),
+            Some(TailItem::Record(
+                "2024-04-05T19:34:40+00:00      3  s             JAIL_VIOLATION              0ms  err:PATH_OUTSIDE_ALLOWED_ROOT  FILE_READ /x".into()
+            ))
+        );
+        assert_eq!(tail_item(b"  \r", &plain, &utc()), None);
+        assert_eq!(
+            tail_item(b"{\"seq\": 4, \"op\xff", &plain, &utc()),
+            Some(TailItem::NotARecord(
+                "[unparseable] {\"seq\": 4, \"op\u{fffd}".into()
+            ))
         );
         assert_eq!(
-            tail_line(br#"{"result": {"ok": false, "error_code": null}}"#).unwrap_or_default(),
-            "seq=    ?  ?                       err:None"
+            tail_item(b"[1, 2]", &plain, &utc()),
+            Some(TailItem::NotARecord("[unparseable] [1, 2]".into()))
+        );
+    }
+
+    #[test]
+    fn tail_json_keeps_the_line_and_refuses_what_is_not_utf8() {
+        let json = TailOptions {
+            json: true,
+            ..TailOptions::default()
+        };
+        let line = "{\"seq\": 1, \"op\": \"SHIM_START\", \"details\": {\"p\": \"é\\n\"}}";
+        assert_eq!(
+            tail_item(format!("  {line}\r").as_bytes(), &json, &utc()),
+            Some(TailItem::Record(line.into()))
+        );
+        // Valid JSON once the bad byte is replaced, but not the line written.
+        assert!(matches!(
+            tail_item(b"{\"seq\": 1, \"op\": \"A\xff\"}", &json, &utc()),
+            Some(TailItem::NotARecord(_))
+        ));
+        // The default view shows such a line with a replacement character.
+        assert!(matches!(
+            tail_item(b"{\"seq\": 1, \"op\": \"A\xff\"}", &TailOptions::default(), &utc()),
+            Some(TailItem::Record(text)) if text.contains("A\u{fffd}")
+        ));
+    }
+
+    #[test]
+    fn tail_filters_leave_out_other_records_but_never_unparseable_lines() {
+        let options = TailOptions {
+            filter: Filter {
+                session: Some("s1".into()),
+                op: Some("FILE_READ"),
+            },
+            ..TailOptions::default()
+        };
+        let show = |line: &str| tail_item(line.as_bytes(), &options, &utc());
+        assert!(matches!(
+            show(r#"{"session_id": "s1", "op": "FILE_READ"}"#),
+            Some(TailItem::Record(_))
+        ));
+        assert_eq!(show(r#"{"session_id": "s2", "op": "FILE_READ"}"#), None);
+        assert_eq!(show(r#"{"session_id": "s1", "op": "FILE_WRITE"}"#), None);
+        assert!(matches!(show("garbage"), Some(TailItem::NotARecord(_))));
+    }
+
+    #[test]
+    fn show_notes_the_local_time_of_a_numeric_ts_only() {
+        assert_eq!(
+            local_time_note(r#"{"ts": 1712345680.0, "seq": 1}"#, &utc()).as_deref(),
+            Some("# ts 1712345680.0 is 2024-04-05T19:34:40+00:00 local time")
         );
         assert_eq!(
-            tail_line(br#"{"seq": 1, "op": "SHIM_START", "result": {"ok": true}}"#)
-                .unwrap_or_default(),
-            "seq=    1  SHIM_START              ok"
-        );
-        assert_eq!(tail_line(b"  \r"), None);
-        assert_eq!(
-            tail_line(br#"{"seq": 2, "op": "X\u001b[2J", "result": {"ok": true}}"#)
-                .unwrap_or_default(),
-            "seq=    2  X\\u{1b}[2J              ok"
+            local_time_note(r#"{"ts": 1712345680, "seq": 1}"#, &utc()).as_deref(),
+            Some("# ts 1712345680 is 2024-04-05T19:34:40+00:00 local time")
         );
         assert_eq!(
-            tail_line(b"{\"seq\": 4, \"op\xff").unwrap_or_default(),
-            "[unparseable] {\"seq\": 4, \"op\u{fffd}"
+            local_time_note(r#"{"ts": 1712345678.123}"#, &utc()).as_deref(),
+            Some("# ts 1712345678.123 is 2024-04-05T19:34:38.123000+00:00 local time")
         );
+        assert_eq!(local_time_note(r#"{"ts": "noon"}"#, &utc()), None);
+        assert_eq!(local_time_note(r#"{"seq": 1}"#, &utc()), None);
     }
 
     #[test]

@@ -378,12 +378,49 @@ const AUDIT: CommandSpec = CommandSpec {
 
 const AUDIT_TAIL: CommandSpec = CommandSpec {
     name: "audit tail",
-    summary: "print the records, then follow appends (Ctrl+C ends it)",
-    options: &[],
+    summary: "print the records, one line each",
+    options: &[
+        OptionSpec {
+            long: "--follow",
+            short: None,
+            value: None,
+            help: "keep printing new records, across rotations, until Ctrl+C",
+            key: None,
+        },
+        OptionSpec {
+            long: "--session",
+            short: None,
+            value: Some("ID"),
+            help: "only the records of this session (- for records of no session)",
+            key: None,
+        },
+        OptionSpec {
+            long: "--op",
+            short: None,
+            value: Some("OP"),
+            help: "only the records of this operation, e.g. EXECUTE_COMMAND",
+            key: None,
+        },
+        OptionSpec {
+            long: "--json",
+            short: None,
+            value: None,
+            help: "print the record lines themselves, one JSON object per line",
+            key: None,
+        },
+    ],
     args: &[],
     subcommands: &[],
-    examples: &[],
-    notes: &["Exit 1 when the current audit log does not exist."],
+    examples: &[Example {
+        args: "audit tail --follow --op EXECUTE_COMMAND",
+        help: "watch the commands as they run",
+    }],
+    notes: &[
+        "Each line shows the local time with its UTC offset, seq, session, op, duration, \
+         result and the path or command. Text from the records is escaped, so \
+         nothing in them can control the terminal. Exit 1 when the current audit log does \
+         not exist.",
+    ],
 };
 
 const AUDIT_SHOW: CommandSpec = CommandSpec {

@@ -35,8 +35,8 @@ use std::process::ExitCode;
 
 /// The parsed command line and the parsers that produce it.
 pub use args::{Command, Globals, Parsed, UsageError, parse, parse_globals};
-/// The `audit` subcommands.
-pub use audit::AuditCommand;
+/// The `audit` subcommands and the options of `audit tail`.
+pub use audit::{AuditCommand, TailOptions};
 /// The command table that the parser, the help and its tests share.
 pub use catalog::{COMMAND_TABLE, CommandSpec};
 
