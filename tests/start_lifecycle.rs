@@ -847,3 +847,52 @@ fn a_start_refused_by_its_preflight_never_says_how_to_stop() {
         shim.output()
     );
 }
+
+fn status_text(home: &Home) -> String {
+    let out = home.command(&["status"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn status_shows_the_running_daemons_own_settings_and_where_its_files_are() {
+    let home = Home::new();
+    let emulator = emulator();
+    let mut shim = Shim::start(&home, &emulator, &["--enable-shell"]);
+    let (_conn, _) = connect(&emulator, HelloAck::new().grant(["shell", "files"]));
+    assert!(
+        eventually(WAIT, || shim.stdout.text().contains("Press Ctrl+C")),
+        "{}",
+        shim.output()
+    );
+    let text = status_text(&home);
+    assert!(text.contains("Daemon: running\n"), "{text}");
+    assert!(
+        text.contains(&format!("  pid {}, version ", shim.pid())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "  mode: legacy session {SESSION}, allowed_root {}",
+            home.root.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("  machine_id: machine-e2e"), "{text}");
+    assert!(text.contains("  shell commands: enabled"), "{text}");
+    assert!(text.contains("  capabilities: shell, files"), "{text}");
+    assert!(
+        text.contains(&format!("Audit log: {}", home.audit.display())),
+        "{text}"
+    );
+    assert!(text.contains("State directory: "), "{text}");
+    assert!(text.contains("Configuration file: "), "{text}");
+
+    shim.signal(Signal::TERM);
+    assert_eq!(shim.wait(WAIT), 0, "{}", shim.output());
+    let text = status_text(&home);
+    assert!(text.contains("Daemon: not running"), "{text}");
+    assert!(!text.contains("  pid "), "{text}");
+    let state = home.path().join("state/autogpt-local-executor/daemon.json");
+    assert!(!state.exists(), "the runtime file outlived the daemon");
+}

@@ -239,42 +239,9 @@ fn write_entry(log_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
         .parent()
         .ok_or_else(|| io::Error::other("the autostart file has no directory"))?;
     std::fs::create_dir_all(dir)?;
-    write_atomically(dir, target, bytes)
-}
-
-/// A temporary file in `dir` (created exclusively; mode 0644 less the
-/// umask: the file holds paths, no secret, and the service manager reads
-/// it), fsync, rename over `target`, fsync of the directory. A reader sees
-/// the old file or the new one, never a part.
-fn write_atomically(dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
-    let name = target
-        .file_name()
-        .ok_or_else(|| io::Error::other("the autostart file has no name"))?
-        .to_string_lossy()
-        .into_owned();
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|e| io::Error::other(e.to_string()))?;
-    let temp = dir.join(format!(
-        ".{name}.{}.tmp",
-        crate::audit::record::hex(&suffix)
-    ));
-    let result = (|| {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o644);
-        let mut file = options.open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, target)?;
-        #[cfg(unix)]
-        std::fs::File::open(dir)?.sync_all()?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    // 0644 less the umask: the file holds paths, no secret, and the
+    // service manager reads it.
+    crate::config::replace_file(target, bytes, 0o644)
 }
 
 /// Removes the autostart file if it is a file or a link (CLI.md §9.5);

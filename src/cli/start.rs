@@ -30,10 +30,13 @@ use crate::control::grant::GrantKey;
 use crate::control::plane::{ControlPlane, ControlSettings, IDLE_AFTER, REAP_INTERVAL};
 use crate::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
 use crate::daemon::handlers::CommandGate;
-use crate::daemon::handshake::{self, ConnectionKind, Gates, Identity, Limits, Probes};
+use crate::daemon::handshake::{
+    self, ConnectionKind, Gates, Identity, Limits, Probes, advertised_capabilities,
+};
 use crate::daemon::pool::{WORKERS, WorkerThreads};
 use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
+use crate::daemon::runtime_file::{RunningSettings, RuntimeFile};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
@@ -251,6 +254,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         _ => Daemon::Control,
     };
     let announcement = announcement(&config, &identity, &daemon);
+    let settings = running_settings(&config, &identity, &daemon);
 
     // Step 8.
     let code = match Running::start(RunningParts {
@@ -283,10 +287,15 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
                 say!(stderr, "{PROGRAM}: cannot start the signal thread: {e}");
                 stop.store(true, Ordering::SeqCst);
             }
+            // For `status`; the daemon runs without it if it cannot be written.
+            let runtime_file = RuntimeFile::write(&config.paths.state_dir, &settings)
+                .map_err(|e| log.warn("daemon", format!("status will not show the settings: {e}")))
+                .ok();
             // Step 6: what runs, now that it does.
             let _ = stdout.write_all(announcement.as_bytes());
             let _ = stdout.flush();
             let outcome = running.run();
+            drop(runtime_file);
             // Step 9.
             conclude(outcome, &audit, &stop_written, &log, stdout, stderr)
         }
@@ -399,6 +408,39 @@ fn announcement(config: &Config, identity: &Identity, daemon: &Daemon) -> String
         text += "WARNING: shell commands are enabled; they can access everything your user account can.\n";
     }
     text + "Press Ctrl+C to stop.\n"
+}
+
+/// What `status` shows of this daemon (the runtime file).
+fn running_settings(config: &Config, identity: &Identity, daemon: &Daemon) -> RunningSettings {
+    let (session_id, allowed_root, kind) = match daemon {
+        Daemon::Legacy { session_id, jail } => (
+            Some(session_id.clone()),
+            Some(jail.root().to_owned()),
+            ConnectionKind::Data {
+                session_id: session_id.clone(),
+            },
+        ),
+        Daemon::Control => (None, None, ConnectionKind::Control),
+    };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    RunningSettings {
+        pid: std::process::id(),
+        version: VERSION.to_owned(),
+        started_unix: started,
+        session_id,
+        allowed_root,
+        platform_url: config.platform_url.clone(),
+        machine_id: identity.machine_id.clone(),
+        enable_shell: config.enable_shell,
+        capabilities: advertised_capabilities(&Gates::from_config(config), &kind)
+            .into_iter()
+            .map(|c| c.as_str().to_owned())
+            .collect(),
+        config_file: config.config_file.display().to_string(),
+        audit_log: config.audit_log_path.display().to_string(),
+    }
 }
 
 /// Whether legacy mode's root is the per-OS default and does not exist yet

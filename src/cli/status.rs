@@ -1,8 +1,9 @@
-//! `status` (CLI.md §4.3): what is configured, where the tokens are kept
-//! and whether they are there, whether a daemon runs, how its commands
-//! would be contained, and the autostart entry (on Linux and WSL2 with what
-//! the systemd user manager says of it). Always exit 0 once the
-//! configuration loads.
+//! `status` (CLI.md §4.3): whether a daemon runs and, from the runtime file
+//! it wrote, the settings it runs with; what is configured, where the
+//! tokens are kept and whether they are there, how commands would be
+//! contained, where the configuration, state and audit log are, and the
+//! autostart entry (on Linux and WSL2 with what the systemd user manager
+//! says of it). Always exit 0 once the configuration loads.
 //!
 //! It reports presence only: it never prints a token, the audit key or the
 //! passphrase, and it never creates a key, a token or a file.
@@ -10,12 +11,16 @@
 use std::io::Write;
 
 use super::load_config;
+use crate::audit::view;
 use crate::audit::writer::writer_running;
 use crate::config::autostart::Autostart;
 use crate::config::autostart::manager::{self, UserManager};
-use crate::config::{Environment, Mode, Overrides, Platform};
+use crate::config::{Config, Environment, Mode, Overrides, Platform};
+use crate::daemon::runtime_file;
 use crate::exit;
 use crate::secrets::SecretStore;
+use crate::text::one_line;
+use crate::timefmt;
 
 /// Runs `status` and returns its exit status.
 pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
@@ -23,12 +28,12 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         Ok(config) => config,
         Err(code) => return code,
     };
-    let daemon = if writer_running(&config.audit_log_path) {
-        "running"
+    if writer_running(&config.audit_log_path) {
+        say!(stdout, "Daemon: running");
+        running_daemon(&config, stdout);
     } else {
-        "not running"
-    };
-    say!(stdout, "Daemon: {daemon}");
+        say!(stdout, "Daemon: not running");
+    }
     say!(stdout, "Configured platform: {}", config.platform_url);
     match &config.mode {
         Mode::Legacy { session_id } => {
@@ -50,6 +55,13 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         "Command containment: {}",
         crate::exec::spawner::Containment::probe()
     );
+    say!(stdout, "Configuration file: {}", shown(&config.config_file));
+    say!(
+        stdout,
+        "State directory: {}",
+        shown(&config.paths.state_dir)
+    );
+    say!(stdout, "Audit log: {}", shown(&config.audit_log_path));
 
     say!(stdout, "");
     match config.host.platform {
@@ -78,6 +90,82 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         ),
     }
     exit::SUCCESS
+}
+
+/// The running daemon's own settings, from the file it wrote when it
+/// started, believed only while the process it names is alive. Every value
+/// is escaped: the file is read like any other untrusted input.
+fn running_daemon(config: &Config, stdout: &mut dyn Write) {
+    let settings = match runtime_file::read(&config.paths.state_dir) {
+        Ok(settings) if process_alive(settings.pid) => settings,
+        Ok(settings) => {
+            say!(
+                stdout,
+                "  (its settings are unknown: the runtime file names process {}, which has ended)",
+                settings.pid
+            );
+            return;
+        }
+        Err(why) => {
+            say!(stdout, "  (its settings are unknown: {})", one_line(&why));
+            return;
+        }
+    };
+    let since = view::local_iso(settings.started_unix as f64, timefmt::local_zone(), false)
+        .unwrap_or_else(|| settings.started_unix.to_string());
+    say!(
+        stdout,
+        "  pid {}, version {}, running since {since}",
+        settings.pid,
+        one_line(&settings.version)
+    );
+    match (&settings.session_id, &settings.allowed_root) {
+        (Some(session), Some(root)) => say!(
+            stdout,
+            "  mode: legacy session {}, allowed_root {}",
+            one_line(session),
+            one_line(root)
+        ),
+        _ => say!(stdout, "  mode: persistent machine control"),
+    }
+    say!(stdout, "  platform: {}", one_line(&settings.platform_url));
+    say!(stdout, "  machine_id: {}", one_line(&settings.machine_id));
+    let shell = if settings.enable_shell {
+        "enabled"
+    } else {
+        "disabled"
+    };
+    say!(stdout, "  shell commands: {shell}");
+    say!(
+        stdout,
+        "  capabilities: {}",
+        one_line(&settings.capabilities.join(", "))
+    );
+    say!(
+        stdout,
+        "  configuration file: {}",
+        one_line(&settings.config_file)
+    );
+    say!(stdout, "  audit log: {}", one_line(&settings.audit_log));
+}
+
+/// Whether a process with this id exists (a signal 0 reaches it, or it
+/// belongs to someone else).
+fn process_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+fn shown(path: &std::path::Path) -> String {
+    one_line(&path.display().to_string())
 }
 
 /// What the systemd user manager says of the unit (enabled? active?), or

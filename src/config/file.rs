@@ -124,6 +124,47 @@ pub(crate) fn read_small_file(path: &Path, max: u64) -> Result<Vec<u8>, SmallFil
     Ok(bytes)
 }
 
+/// Replaces the file at `path` (whose directory must exist) with `bytes`,
+/// so that a reader sees the old content or the new one, never a part: a
+/// temporary file beside it, created exclusively with `mode` (less the
+/// umask), written and synced, renamed over `path`, then the directory
+/// synced. The temporary file is removed again on failure.
+pub(crate) fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{} names no file in a directory",
+            path.display()
+        )));
+    };
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        crate::audit::hex(&suffix)
+    ));
+    let result = (|| {
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        #[cfg(not(unix))]
+        let _ = mode;
+        let mut file = options.open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        #[cfg(unix)]
+        File::open(dir)?.sync_all()?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
 /// Parses TOML text into its top-level table. The error is one line.
 pub(crate) fn parse(text: &str) -> Result<BTreeMap<String, Value>, String> {
     basic_toml::from_str(text).map_err(|e| one_line(&e.to_string()))

@@ -33,7 +33,7 @@ use std::sync::{Arc, OnceLock};
 pub use env::Environment;
 /// What can be wrong with a configuration, and where a value came from.
 pub use error::{ConfigError, ConfigWarning, Source};
-pub(crate) use file::{SmallFileError, read_small_file};
+pub(crate) use file::{SmallFileError, read_small_file, replace_file};
 /// The command-line flags, the highest layer.
 pub use layers::Overrides;
 /// The machine id and the OS outputs it is read from.

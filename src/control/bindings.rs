@@ -9,8 +9,7 @@
 //! child, and never lowers a persisted revision.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// Bindings kept at most.
@@ -264,8 +263,8 @@ fn render(map: &BTreeMap<String, Entry>) -> Vec<u8> {
     text.into_bytes()
 }
 
-/// Temporary file in the same directory, fsync, rename, fsync of the
-/// directory; mode 0600, directory 0700 when created.
+/// Creates the state directory (0700) when missing, then replaces the
+/// file atomically (0600).
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -274,25 +273,5 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let temp = dir.join(format!(
-        ".{REVISIONS_FILE}.{}.tmp",
-        crate::audit::record::hex(&suffix)
-    ));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    crate::config::replace_file(path, bytes, 0o600)
 }

@@ -19,6 +19,7 @@ mod link;
 pub(crate) mod pool;
 pub(crate) mod refusal;
 pub(crate) mod runtime;
+pub(crate) mod runtime_file;
 pub(crate) mod session;
 
 /// The machine-wide command and screenshot limits and the machine work pool.
