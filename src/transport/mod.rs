@@ -36,7 +36,7 @@ pub mod url;
 pub use connection::{
     CloseInfo, Connection, Incoming, READ_TURN, Reader, WRITE_STALL_TIMEOUT, Writer,
 };
-pub use connector::{Connector, OPENING_TIMEOUT, websocket_config};
+pub use connector::{Connector, OPENING_TIMEOUT, Step, websocket_config};
 pub use error::{CaFileProblem, Disposition, Stage, TransportError};
 pub use http::HttpResponse;
 pub use keepalive::{Keepalive, KeepaliveAction, PING_INTERVAL, PONG_TIMEOUT};
