@@ -33,8 +33,9 @@ pub use error::{ConfigError, ConfigWarning, Source};
 pub(crate) use file::{SmallFileError, read_small_file};
 pub use layers::Overrides;
 pub use machine_id::{
-    MachineIdSources, detect as detect_machine_id, format_linux_machine_id, linux_machine_id,
-    new_uuid_v4, parse_ioreg_output, parse_reg_query_output,
+    MachineIdSources, detect as detect_machine_id, existing as existing_machine_id,
+    format_linux_machine_id, linux_machine_id, new_uuid_v4, parse_ioreg_output,
+    parse_reg_query_output,
 };
 pub use paths::{APP_DIR, OsPaths};
 pub use platform::{Arch, Host, Platform, linux_flavour, normalize_arch};
@@ -203,6 +204,20 @@ impl Config {
         let sources = MachineIdSources::system(self.paths.machine_id_file(), &self.host.hostname);
         let id = machine_id::detect(&sources)?;
         Ok(self.detected_machine_id.get_or_init(|| id))
+    }
+
+    /// The machine id as [`machine_id`](Self::machine_id) finds it, without
+    /// creating anything (`doctor`); `None` when one would be generated and
+    /// stored first.
+    pub fn existing_machine_id(&self) -> Option<String> {
+        if let Some(id) = &self.configured_machine_id {
+            return Some(id.clone());
+        }
+        if let Some(id) = self.detected_machine_id.get() {
+            return Some(id.clone());
+        }
+        let sources = MachineIdSources::system(self.paths.machine_id_file(), &self.host.hostname);
+        machine_id::existing(&sources)
     }
 }
 

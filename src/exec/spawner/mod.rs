@@ -38,7 +38,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
 
-pub use contain::{Containment, Mechanism};
+pub use contain::{Available, Containment, Mechanism};
 use wire::{Frame, WireError};
 
 /// The reserved first argument that selects the spawner mode of the
