@@ -63,6 +63,9 @@ pub enum Command {
     Install,
     /// `uninstall`: remove the autostart entry (CLI.md §9).
     Uninstall,
+    /// `doctor`: check the setup and the connection (CLI.md §10). Its
+    /// settings are the global options.
+    Doctor,
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -261,6 +264,7 @@ fn parse_command(
             only_config(overrides, "uninstall")?;
             no_arguments(parser).map(|()| Command::Uninstall)
         }
+        Some("doctor") => no_arguments(parser).map(|()| Command::Doctor),
         _ => Err(UsageError::UnknownCommand(
             name.to_string_lossy().into_owned(),
         )),

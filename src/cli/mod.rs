@@ -21,6 +21,7 @@ macro_rules! say {
 mod args;
 mod audit;
 mod auth;
+mod doctor;
 mod install;
 mod prompt;
 mod revoke;
@@ -111,6 +112,7 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
         Command::Status => status::run(&invocation.overrides, stdout, stderr),
         Command::Install => install::install(&invocation.overrides, stdout, stderr),
         Command::Uninstall => install::uninstall(stdout, stderr),
+        Command::Doctor => doctor::run(&invocation.overrides, stdout, stderr),
     }
 }
 
@@ -224,6 +226,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "revoke",
         "revoke the tokens on the platform, then delete them here",
+    ),
+    (
+        "doctor",
+        "check the setup: local checks, then DNS, TCP, TLS and the WebSocket upgrade\n              with the stored token; exits 78 when a check fails",
     ),
     (
         "install",

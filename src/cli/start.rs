@@ -282,7 +282,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
 /// `tokens.enc`, the data (the legacy audit key, the daemon's logs) and the
 /// passphrase file (or systemd credential) the passphrase is read from, as
 /// configured or by per-OS default.
-fn protected_locations(config: &Config, env: &Environment) -> ProtectedLocations {
+pub(super) fn protected_locations(config: &Config, env: &Environment) -> ProtectedLocations {
     let paths = &config.paths;
     let parent = |file: &std::path::Path| file.parent().map(std::path::Path::to_owned);
     let passphrase = passphrase::source_file(env);
