@@ -407,7 +407,9 @@ fn missing_tokens_fail_at_the_secret_store_line_and_no_upgrade_is_asked_for() {
     let upgrade = line(&lines, "upgrade");
     assert_eq!(upgrade.marker, "INFO");
     assert!(
-        upgrade.detail.starts_with("skipped: no access token"),
+        upgrade
+            .detail
+            .starts_with("skipped: no stored access token"),
         "{}",
         upgrade.detail
     );

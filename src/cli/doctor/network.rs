@@ -164,7 +164,7 @@ fn prove(connector: &Connector, url: &WsUrl, token: Option<&Zeroizing<String>>) 
         )),
         Ok(_) => checks.push(Check::info(
             "upgrade",
-            "skipped: no access token is stored (see secret_store)",
+            "skipped: no stored access token could be read (see secret_store)",
         )),
     }
     checks
