@@ -545,3 +545,43 @@ fn a_configured_directory_keeps_its_mode_and_only_the_log_is_tightened() {
     close(log, thread);
     assert_eq!(mode(&logs), 0o700);
 }
+
+#[test]
+fn inspecting_the_location_creates_nothing_and_judges_an_existing_log() {
+    use autogpt_shim::audit::{Location, inspect_location};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/audit.log");
+    assert_eq!(
+        inspect_location(&path, false).unwrap(),
+        Location::NewDirectory(dir.path().to_owned())
+    );
+    assert!(!dir.path().join("a").exists());
+
+    let (log, thread) = open(&path);
+    log.write(Entry::event("SHIM_START", Details::new()))
+        .unwrap();
+    drop(log);
+    thread.join();
+    assert_eq!(inspect_location(&path, false).unwrap(), Location::Existing);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(inspect_location(&path, false).unwrap(), Location::NewFile);
+
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let why = inspect_location(&path, false).unwrap_err();
+    assert!(
+        why.contains("accessible to other users (mode 644)"),
+        "{why}"
+    );
+    // Nothing was tightened: doctor only reports.
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let why = inspect_location(&shared.join("audit.log"), false).unwrap_err();
+    assert!(why.contains("writable by every user"), "{why}");
+}

@@ -153,13 +153,31 @@ fn missing_command_is_a_usage_error() {
 
 #[test]
 fn every_command_name_is_unknown_until_its_feature_exists() {
-    for name in ["doctor", "frobnicate"] {
+    for name in ["frobnicate", "verify"] {
         assert_eq!(
             usage_error(&[name]),
             UsageError::UnknownCommand(name.into()),
             "{name}"
         );
     }
+}
+
+#[test]
+fn doctor_takes_the_global_options_and_nothing_else() {
+    let Parsed::Run(invocation) = parse(args(&["--tls-pin-sha256", "ab", "doctor"])).unwrap()
+    else {
+        panic!("expected a command");
+    };
+    assert!(matches!(invocation.command, Command::Doctor));
+    assert_eq!(invocation.overrides.tls_pin_sha256.as_deref(), Some("ab"));
+    assert_eq!(
+        usage_error(&["doctor", "now"]),
+        UsageError::UnexpectedArgument("now".into())
+    );
+    assert_eq!(
+        usage_error(&["doctor", "--enable-shell"]),
+        UsageError::UnknownOption("--enable-shell".into())
+    );
 }
 
 #[test]

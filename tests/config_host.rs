@@ -215,6 +215,28 @@ fn missing_fallback_file_is_created_with_hostname_and_uuid() {
 
 #[cfg(target_os = "linux")]
 #[test]
+fn the_existing_id_is_found_without_creating_the_fallback_file() {
+    use autogpt_shim::config::existing_machine_id;
+    let dir = tempfile::tempdir().unwrap();
+    let src = sources(dir.path(), &["missing"]);
+    std::fs::create_dir_all(dir.path().join("home")).unwrap();
+    assert_eq!(existing_machine_id(&src), None);
+    assert!(!src.fallback_file.exists());
+    std::fs::write(&src.fallback_file, "\n").unwrap();
+    assert_eq!(existing_machine_id(&src), None);
+    assert_eq!(std::fs::read_to_string(&src.fallback_file).unwrap(), "\n");
+    std::fs::write(&src.fallback_file, " saved-id\n").unwrap();
+    assert_eq!(existing_machine_id(&src).as_deref(), Some("saved-id"));
+    std::fs::write(dir.path().join("etc"), "ABCDEFABCDEFABCDEFABCDEFABCDEFAB\n").unwrap();
+    let with_os_id = sources(dir.path(), &["etc"]);
+    assert_eq!(
+        existing_machine_id(&with_os_id).as_deref(),
+        Some("abcdefab-cdef-abcd-efab-cdefabcdefab")
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
 fn generated_id_is_used_even_when_it_cannot_be_written() {
     let dir = tempfile::tempdir().unwrap();
     // No `home` directory: the fallback file cannot be created.

@@ -13,7 +13,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use autogpt_shim::jail::{PreparedRoot, RootProblem, check_dangerous, prepare_legacy_root};
+use autogpt_shim::jail::{
+    Inspected, PreparedRoot, RootProblem, check_dangerous, inspect_legacy_root, prepare_legacy_root,
+};
 use rustix::fs::Access;
 
 /// A canonical temporary tree with a home directory `<tmp>/home/alice`.
@@ -396,4 +398,29 @@ fn a_link_to_a_credential_folder_is_refused_by_its_target() {
     symlink(&real, fx.home.join(".ssh")).unwrap();
     assert!(check_dangerous(&real, &fx.home).is_err());
     assert!(check_dangerous(&fx.base.join("elsewhere"), &fx.home).is_err());
+}
+
+#[test]
+fn inspecting_a_missing_default_root_creates_nothing() {
+    let fx = Fx::new();
+    let root = fx.home.join("autogpt-workspace");
+    assert_eq!(
+        inspect_legacy_root(&root, true, &fx.home, false).unwrap(),
+        Inspected::WouldCreate
+    );
+    assert!(!root.exists());
+    assert!(matches!(
+        inspect_legacy_root(&root, false, &fx.home, false),
+        Err(RootProblem::Missing(_))
+    ));
+    std::fs::create_dir(&root).unwrap();
+    assert_eq!(
+        inspect_legacy_root(&root, true, &fx.home, false).unwrap(),
+        Inspected::Usable(root.clone())
+    );
+    // The same refusals as at start.
+    assert!(matches!(
+        inspect_legacy_root(&fx.home, false, &fx.home, false),
+        Err(RootProblem::HomeOrAncestor(_))
+    ));
 }

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use autogpt_shim::transport::{
-    Connector, Disposition, Incoming, ProxyConfig, Stage, TransportError, UrlError,
+    Connector, Disposition, Incoming, ProxyConfig, Stage, Step, TransportError, UrlError, WsUrl,
 };
 use transport_support::{Answer, PATIENCE, Pki, Server, ServerStream, drain};
 use zeroize::Zeroizing;
@@ -392,4 +392,113 @@ fn a_message_sent_with_the_switch_is_not_lost() {
     );
     drop((reader, writer));
     server.join().unwrap();
+}
+
+fn observed(
+    connector: &Connector,
+    url: &str,
+    token: Option<&Zeroizing<String>>,
+) -> (Vec<Step>, Result<(), TransportError>) {
+    let url = WsUrl::parse(url).unwrap();
+    let mut steps = Vec::new();
+    let outcome = match token {
+        Some(token) => connector
+            .connect_observed(&url, Some(token), &mut |step| steps.push(step))
+            .map(|connection| {
+                let (_reader, writer) = connection.split().unwrap();
+                writer.close(1000, "").unwrap();
+            }),
+        None => connector.reach_observed(&url, &mut |step| steps.push(step)),
+    };
+    (steps, outcome)
+}
+
+#[test]
+fn each_opening_step_is_reported_as_it_succeeds() {
+    let pki = Pki::new("steps");
+    let server = Server::start(Some(pki.server_config()), Answer::Accept, |s| {
+        drain(s);
+    });
+    let connector = Connector::new(
+        Some(&pki.ca_file),
+        &[pki.leaf_spki_sha256],
+        ProxyConfig::direct(),
+    )
+    .unwrap();
+    let (steps, outcome) = observed(&connector, &server.wss_url(), Some(&token("tok")));
+    outcome.unwrap();
+    assert_eq!(steps.len(), 4, "{steps:?}");
+    match &steps[0] {
+        Step::Resolved {
+            host,
+            addresses,
+            looked_up,
+        } => {
+            assert_eq!(host, "localhost");
+            assert!(*looked_up);
+            assert!(
+                addresses.iter().all(|a| a.ip().is_loopback()),
+                "{addresses:?}"
+            );
+        }
+        other => panic!("not a resolution: {other:?}"),
+    }
+    assert_eq!(steps[1], Step::Connected { addr: server.addr });
+    match &steps[2] {
+        Step::Secured {
+            version,
+            pinned,
+            spki_sha256,
+        } => {
+            assert!(version.is_some());
+            assert!(*pinned);
+            assert_eq!(spki_sha256.as_ref(), Some(&pki.leaf_spki_sha256));
+        }
+        other => panic!("not TLS: {other:?}"),
+    }
+    assert_eq!(steps[3], Step::Upgraded);
+    assert_eq!(
+        server.upgrade().unwrap().authorization.as_deref(),
+        Some("Bearer tok")
+    );
+    server.join();
+}
+
+#[test]
+fn a_failed_step_is_the_one_after_the_last_reported() {
+    let pki = Pki::new("steps-pin");
+    let server = Server::start(Some(pki.server_config()), Answer::Accept, |_| {});
+    let connector =
+        Connector::new(Some(&pki.ca_file), &[[7u8; 32]], ProxyConfig::direct()).unwrap();
+    let (steps, outcome) = observed(&connector, &server.wss_url(), Some(&token("tok")));
+    assert!(
+        matches!(outcome, Err(TransportError::PinMismatch)),
+        "{outcome:?}"
+    );
+    assert!(
+        matches!(steps[..], [Step::Resolved { .. }, Step::Connected { .. }]),
+        "{steps:?}"
+    );
+    assert!(server.upgrade().is_none());
+}
+
+#[test]
+fn reaching_the_platform_proves_tls_and_sends_no_request() {
+    let pki = Pki::new("steps-reach");
+    let server = Server::start(Some(pki.server_config()), Answer::Accept, |_| {});
+    let connector = Connector::new(Some(&pki.ca_file), &[], ProxyConfig::direct()).unwrap();
+    let (steps, outcome) = observed(&connector, &server.wss_url(), None);
+    outcome.unwrap();
+    assert_eq!(steps.len(), 3, "{steps:?}");
+    assert!(matches!(
+        steps[2],
+        Step::Secured {
+            pinned: false,
+            spki_sha256: Some(_),
+            ..
+        }
+    ));
+    // The server read no upgrade request before the connection ended.
+    assert!(server.upgrade().is_none());
+    server.join();
 }

@@ -935,6 +935,89 @@ fn open_current(path: &Path, dir: &OwnedFd) -> Result<File, AuditError> {
     }
 }
 
+/// Where [`inspect_location`] found the log would be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// The log's directory is missing; the writer would create it below
+    /// this nearest existing (and writable) ancestor.
+    NewDirectory(PathBuf),
+    /// The directory exists and holds no log yet.
+    NewFile,
+    /// The log exists, is a regular file of this user, writable and
+    /// owner-only.
+    Existing,
+}
+
+/// What opening the log at `path` would meet, found without creating or
+/// changing anything (`doctor`, CLI.md §10.2): `Err` is one line saying
+/// what would stop the writer or what is wrong with an existing log. A
+/// log file that grants group or other access is reported (AUDIT.md §1.3
+/// says the writer tightens it; doctor asks for it to be fixed).
+/// `own_directory` as in [`WriterOptions`].
+pub fn inspect_location(path: &Path, own_directory: bool) -> Result<Location, String> {
+    let shown = |p: &Path| crate::text::one_line(&p.display().to_string());
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .ok_or_else(|| format!("{} has no directory", shown(path)))?;
+    let writable = |p: &Path| {
+        rustix::fs::access(
+            p,
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        )
+        .map_err(|e| format!("{} is not writable: {e}", shown(p)))
+    };
+    match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => return Err(format!("{} is not a directory", shown(dir))),
+        Ok(meta) => {
+            if !own_directory {
+                refuse_shared(dir, &meta).map_err(|e| crate::text::one_line(&e.to_string()))?;
+            }
+            writable(dir)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let mut ancestor = dir;
+            loop {
+                ancestor = match ancestor.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => parent,
+                    _ => return Err(format!("no ancestor of {} exists", shown(dir))),
+                };
+                match std::fs::metadata(ancestor) {
+                    Ok(meta) if meta.is_dir() => {
+                        writable(ancestor)?;
+                        return Ok(Location::NewDirectory(ancestor.to_owned()));
+                    }
+                    Ok(_) => return Err(format!("{} is not a directory", shown(ancestor))),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("cannot stat {}: {e}", shown(ancestor))),
+                }
+            }
+        }
+        Err(e) => return Err(format!("cannot stat {}: {e}", shown(dir))),
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Location::NewFile),
+        Err(e) => return Err(format!("cannot stat {}: {e}", shown(path))),
+    };
+    if !meta.file_type().is_file() {
+        return Err(format!("{} is not a regular file", shown(path)));
+    }
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(format!("{} belongs to another user", shown(path)));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{} is accessible to other users (mode {mode:o}); run `chmod 600` on it",
+            shown(path)
+        ));
+    }
+    rustix::fs::access(path, rustix::fs::Access::WRITE_OK)
+        .map_err(|e| format!("{} is not writable: {e}", shown(path)))?;
+    Ok(Location::Existing)
+}
+
 /// A configured log directory that others can write to (its group
 /// included) or that belongs to another user is not this shim's to use or
 /// to change: refused, untouched.

@@ -71,6 +71,9 @@ pub enum Command {
     Install,
     /// `uninstall`: remove the autostart entry (CLI.md §9).
     Uninstall,
+    /// `doctor`: check the setup and the connection (CLI.md §10). Its
+    /// settings are the global options.
+    Doctor,
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -333,6 +336,7 @@ fn parse_command(
             only_config(overrides, "uninstall")?;
             no_arguments(parser, spec).map(|()| Command::Uninstall)
         }
+        "doctor" => no_arguments(parser, spec).map(|()| Command::Doctor),
         "help" => Err(help_topic(parser, spec)),
         _ => Err(unknown().into()),
     }

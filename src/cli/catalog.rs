@@ -168,6 +168,7 @@ const COMMANDS: &[CommandSpec] = &[
     START,
     STATUS,
     REVOKE,
+    DOCTOR,
     INSTALL,
     UNINSTALL,
     AUDIT,
@@ -317,6 +318,22 @@ const REVOKE: CommandSpec = CommandSpec {
         "Exit 0 when the platform confirmed every revocation and the tokens were deleted. \
          Exit 1 when no tokens are stored, or when a revocation failed: the tokens are then \
          kept, so it can be tried again.",
+    ],
+};
+
+const DOCTOR: CommandSpec = CommandSpec {
+    name: "doctor",
+    summary: "check the setup and prove the connection, one line per check",
+    options: &[],
+    args: &[],
+    subcommands: &[],
+    examples: &[],
+    notes: &[
+        "Local checks first (folders, identity, keychain, tokens, audit log and its chain, \
+         command containment, autostart), then DNS, TCP, TLS with the configured CA file and \
+         pins, and the WebSocket upgrade with the stored access token; nothing is sent after \
+         the upgrade. It creates nothing, writes no audit record and never prints a secret. \
+         Exit 0 when no check fails, 78 when one does.",
     ],
 };
 

@@ -22,6 +22,7 @@ mod args;
 mod audit;
 mod auth;
 mod catalog;
+mod doctor;
 mod help;
 mod install;
 mod prompt;
@@ -125,6 +126,7 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
         Command::Status => status::run(&invocation.overrides, stdout, stderr),
         Command::Install => install::install(&invocation.overrides, stdout, stderr),
         Command::Uninstall => install::uninstall(stdout, stderr),
+        Command::Doctor => doctor::run(&invocation.overrides, stdout, stderr),
     }
 }
 

@@ -41,7 +41,7 @@ use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
-use crate::jail::roots;
+use crate::jail::roots::{self, Inspected};
 use crate::jail::{Jail, JailOptions, ProtectedLocations};
 use crate::log::Log;
 use crate::protocol::{Backoff, HelloField, hello_rules};
@@ -132,21 +132,31 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
     record_own_files();
 
     // Step 2: the session root (legacy mode only, CLI.md §8).
+    let wsl = config.host.platform == Some(Platform::Wsl2);
     let legacy = match &config.mode {
-        Mode::Legacy { .. } if default_root_missing(&config) => {
-            // Only what can be judged without creating it, for now.
-            let wsl = config.host.platform == Some(Platform::Wsl2);
-            if let Err(problem) =
-                roots::check_dangerous_for(&config.allowed_root, &config.paths.home, wsl)
-            {
-                say!(stderr, "Preflight failed: {problem}");
-                return exit::EX_CONFIG;
+        Mode::Legacy { .. } => match roots::inspect_legacy_root(
+            &config.allowed_root,
+            config.allowed_root_is_default(),
+            &config.paths.home,
+            wsl,
+        ) {
+            Ok(Inspected::WouldCreate) => {
+                // Only what can be judged without creating it, for now.
+                if let Err(problem) =
+                    roots::check_dangerous_for(&config.allowed_root, &config.paths.home, wsl)
+                {
+                    say!(stderr, "Preflight failed: {problem}");
+                    return exit::EX_CONFIG;
+                }
+                Some(LegacyRoot::Deferred)
             }
-            Some(LegacyRoot::Deferred)
-        }
-        Mode::Legacy { .. } => match legacy_root(&config, &protected, stdout, stderr) {
-            Ok(jail) => Some(LegacyRoot::Pinned(jail)),
-            Err(code) => return code,
+            // Pinned now, or refused with the reason `legacy_root` gives.
+            Ok(Inspected::Usable(_)) | Err(_) => {
+                match legacy_root(&config, &protected, stdout, stderr) {
+                    Ok(jail) => Some(LegacyRoot::Pinned(jail)),
+                    Err(code) => return code,
+                }
+            }
         },
         Mode::Control => None,
     };
@@ -312,7 +322,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
 /// `tokens.enc`, the data (the legacy audit key, the daemon's logs) and the
 /// passphrase file (or systemd credential) the passphrase is read from, as
 /// configured or by per-OS default.
-fn protected_locations(config: &Config, env: &Environment) -> ProtectedLocations {
+pub(super) fn protected_locations(config: &Config, env: &Environment) -> ProtectedLocations {
     let paths = &config.paths;
     let parent = |file: &std::path::Path| file.parent().map(std::path::Path::to_owned);
     let passphrase = passphrase::source_file(env);
@@ -441,14 +451,6 @@ fn running_settings(config: &Config, identity: &Identity, daemon: &Daemon) -> Ru
         config_file: config.config_file.display().to_string(),
         audit_log: config.audit_log_path.display().to_string(),
     }
-}
-
-/// Whether legacy mode's root is the per-OS default and does not exist yet
-/// (`metadata` follows links: a dangling link counts as missing, and
-/// creating it later fails on the link rather than writing through it).
-fn default_root_missing(config: &Config) -> bool {
-    config.allowed_root_is_default()
-        && matches!(std::fs::metadata(&config.allowed_root), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// CLI.md §8 for the configured root, then pinned.

@@ -55,6 +55,21 @@ pub fn detect(sources: &MachineIdSources) -> Result<String, ConfigError> {
     }
 }
 
+/// The id [`detect`] would settle on without creating or writing anything
+/// (for `doctor`): the OS's id, else the fallback file's content. `None`
+/// when an id would have to be generated first.
+pub fn existing(sources: &MachineIdSources) -> Option<String> {
+    os_machine_id(sources).or_else(|| {
+        let file = &sources.fallback_file;
+        fs::metadata(file)
+            .is_ok_and(|m| m.is_file())
+            .then(|| read_small_text(file))
+            .flatten()
+            .map(|text| py_strip(&text).to_owned())
+            .filter(|id| !id.is_empty())
+    })
+}
+
 #[cfg(target_os = "macos")]
 fn os_machine_id(_sources: &MachineIdSources) -> Option<String> {
     let output = command::run_with_timeout(

@@ -38,8 +38,9 @@ pub(crate) use file::{SmallFileError, read_small_file, replace_file};
 pub use layers::Overrides;
 /// The machine id and the OS outputs it is read from.
 pub use machine_id::{
-    MachineIdSources, detect as detect_machine_id, format_linux_machine_id, linux_machine_id,
-    new_uuid_v4, parse_ioreg_output, parse_reg_query_output,
+    MachineIdSources, detect as detect_machine_id, existing as existing_machine_id,
+    format_linux_machine_id, linux_machine_id, new_uuid_v4, parse_ioreg_output,
+    parse_reg_query_output,
 };
 /// The per-OS paths.
 pub use paths::{APP_DIR, OsPaths};
@@ -218,6 +219,20 @@ impl Config {
         let sources = MachineIdSources::system(self.paths.machine_id_file(), &self.host.hostname);
         let id = machine_id::detect(&sources)?;
         Ok(self.detected_machine_id.get_or_init(|| id))
+    }
+
+    /// The machine id as [`machine_id`](Self::machine_id) finds it, without
+    /// creating anything (`doctor`); `None` when one would be generated and
+    /// stored first.
+    pub fn existing_machine_id(&self) -> Option<String> {
+        if let Some(id) = &self.configured_machine_id {
+            return Some(id.clone());
+        }
+        if let Some(id) = self.detected_machine_id.get() {
+            return Some(id.clone());
+        }
+        let sources = MachineIdSources::system(self.paths.machine_id_file(), &self.host.hostname);
+        machine_id::existing(&sources)
     }
 }
 

@@ -16,7 +16,7 @@
 //! or from a grant the shim signed and re-verified against the live folder.
 
 pub(crate) mod bindings;
-mod browse;
+pub(crate) mod browse;
 pub(crate) mod children;
 mod folder;
 pub(crate) mod grant;

@@ -46,7 +46,8 @@ pub use resolve::{Filesystem, LinkReader, Resolved};
 /// Which directories may be a root: the dangerous-root list and the legacy
 /// preparation of `allowed_root`.
 pub use roots::{
-    PreparedRoot, RootProblem, check_dangerous, check_dangerous_for, prepare_legacy_root,
+    Inspected, PreparedRoot, RootProblem, check_dangerous, check_dangerous_for,
+    inspect_legacy_root, prepare_legacy_root,
 };
 
 /// A request path refused by the jail: answered with an error and audited

@@ -283,14 +283,14 @@ pub fn prepare_legacy_root(
     home: &Path,
     wsl: bool,
 ) -> Result<PreparedRoot, RootProblem> {
-    // `metadata` follows links, so a dangling link counts as missing; creating
-    // then fails on the link itself rather than writing through it.
-    let created = match std::fs::metadata(configured) {
-        Ok(_) => false,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            if !is_default {
-                return Err(RootProblem::Missing(configured.to_owned()));
-            }
+    let created = match inspect_legacy_root(configured, is_default, home, wsl)? {
+        Inspected::Usable(path) => {
+            return Ok(PreparedRoot {
+                path,
+                created: false,
+            });
+        }
+        Inspected::WouldCreate => {
             // 0700 for every directory created, parents included: the
             // workspace is private to the user (subject to the umask, which
             // can only narrow it).
@@ -301,8 +301,45 @@ pub fn prepare_legacy_root(
                 .map_err(io(configured))?;
             true
         }
-        Err(e) => return Err(io(configured)(e)),
     };
+    Ok(PreparedRoot {
+        path: usable_root(configured, home, wsl)?,
+        created,
+    })
+}
+
+/// What [`inspect_legacy_root`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inspected {
+    /// The root exists and passes every check: its canonical path.
+    Usable(PathBuf),
+    /// The default root is missing; `start` creates it.
+    WouldCreate,
+}
+
+/// [`prepare_legacy_root`] without creating anything (for `doctor`): a
+/// missing default root is [`Inspected::WouldCreate`].
+pub fn inspect_legacy_root(
+    configured: &Path,
+    is_default: bool,
+    home: &Path,
+    wsl: bool,
+) -> Result<Inspected, RootProblem> {
+    // `metadata` follows links, so a dangling link counts as missing; creating
+    // then fails on the link itself rather than writing through it.
+    match std::fs::metadata(configured) {
+        Ok(_) => usable_root(configured, home, wsl).map(Inspected::Usable),
+        Err(e) if e.kind() == ErrorKind::NotFound && is_default => Ok(Inspected::WouldCreate),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            Err(RootProblem::Missing(configured.to_owned()))
+        }
+        Err(e) => Err(io(configured)(e)),
+    }
+}
+
+/// The checks of an existing root: canonical, not dangerous, a directory
+/// the user can use, named in UTF-8.
+fn usable_root(configured: &Path, home: &Path, wsl: bool) -> Result<PathBuf, RootProblem> {
     let canonical = std::fs::canonicalize(configured).map_err(io(configured))?;
     // The danger check comes before the usability checks so that e.g. /proc
     // is reported as a system directory, not as lacking write permission.
@@ -318,10 +355,7 @@ pub fn prepare_legacy_root(
     if canonical.to_str().is_none() {
         return Err(RootProblem::NotUnicode(canonical));
     }
-    Ok(PreparedRoot {
-        path: canonical,
-        created,
-    })
+    Ok(canonical)
 }
 
 /// `map_err` adapter naming the path an I/O error is about.

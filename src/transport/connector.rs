@@ -8,6 +8,10 @@
 //! such threads exist at once, so a resolver that hangs cannot make
 //! reconnects pile them up.
 //!
+//! [`Connector::connect_observed`] reports each step that succeeded as a
+//! [`Step`], so that `doctor` proves the connection one line per step over
+//! exactly the code the daemon uses.
+//!
 //! It never writes the bearer token to a connection whose TLS handshake
 //! (including the pin) has not succeeded, except a loopback `ws://`
 //! connection; it never opens a plain-text connection to an address outside
@@ -15,6 +19,7 @@
 //! process environment (the proxy setting is handed in).
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -28,7 +33,7 @@ use super::connection::Connection;
 use super::error::{Stage, TransportError};
 use super::proxy::ProxyConfig;
 use super::stream::{Paced, Stream};
-use super::tls::TlsSettings;
+use super::tls::{TlsSettings, spki_sha256};
 use super::tunnel::open_tunnel;
 use super::upgrade::{UpgradeRequest, upgrade};
 use super::url::{Host, WsUrl};
@@ -55,6 +60,42 @@ pub fn websocket_config() -> WebSocketConfig {
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES))
         .max_write_buffer_size(MAX_MESSAGE_BYTES + WRITE_BUFFER_SLACK)
+}
+
+/// One step of an opening that succeeded, in the order they happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The host (the proxy's, when one is used: see
+    /// [`Connector::proxy_for_url`]) has these addresses;
+    /// `looked_up` is false for an IP address, which needs no lookup.
+    Resolved {
+        /// The name or address as written in the URL (or proxy setting).
+        host: String,
+        /// The addresses that will be tried, in order.
+        addresses: Vec<SocketAddr>,
+        /// Whether the resolver was asked.
+        looked_up: bool,
+    },
+    /// A TCP connection is open to `addr` (the proxy's, when one is used).
+    Connected {
+        /// The address that answered.
+        addr: SocketAddr,
+    },
+    /// The proxy opened its tunnel to the platform.
+    Tunnelled,
+    /// The TLS handshake completed: the chain was verified, and the pin
+    /// too when `pinned`.
+    Secured {
+        /// The negotiated protocol version.
+        version: Option<rustls::ProtocolVersion>,
+        /// Whether a pin set was enforced (and matched).
+        pinned: bool,
+        /// The SHA-256 digest of the server certificate's public key (what
+        /// a pin names), when the certificate could be parsed.
+        spki_sha256: Option<[u8; 32]>,
+    },
+    /// The server answered the upgrade with a valid `101`.
+    Upgraded,
 }
 
 /// Opens connections with one trust and proxy setting.
@@ -116,6 +157,16 @@ impl Connector {
         self.tls.is_pinned()
     }
 
+    /// The proxy a connection to `url` goes through, if any: then the name
+    /// looked up and the TCP connection are the proxy's.
+    pub fn proxy_for_url(&self, url: &WsUrl) -> Option<&super::proxy::ProxyServer> {
+        if url.is_secure() {
+            self.proxy.route(url.host())
+        } else {
+            None
+        }
+    }
+
     /// Opens a WebSocket to `url`, sending `Authorization: Bearer <token>`
     /// when `token` is given and not empty. The URL is checked before
     /// anything is connected.
@@ -134,27 +185,21 @@ impl Connector {
         url: &WsUrl,
         token: Option<&Zeroizing<String>>,
     ) -> Result<Connection, TransportError> {
+        self.connect_observed(url, token, &mut |_| {})
+    }
+
+    /// [`connect_to`](Self::connect_to), telling `observe` of each step as
+    /// it succeeds: a failure belongs to the step after the last one
+    /// reported.
+    pub fn connect_observed(
+        &self,
+        url: &WsUrl,
+        token: Option<&Zeroizing<String>>,
+        observe: &mut dyn FnMut(Step),
+    ) -> Result<Connection, TransportError> {
         let deadline = Instant::now() + self.opening_timeout;
         let request = UpgradeRequest::new(url, token)?;
-
-        let proxy = if url.is_secure() {
-            self.proxy.route(url.host())
-        } else {
-            None
-        };
-        let tcp = match proxy {
-            Some(server) => dial(server.host(), server.port(), false, deadline)?,
-            None => dial(url.host(), url.port(), !url.is_secure(), deadline)?,
-        };
-        let mut socket = Paced::opening(tcp, deadline);
-        if let Some(server) = proxy {
-            open_tunnel(&mut socket, server, url.host(), url.port())?;
-        }
-        let stream = if url.is_secure() {
-            Stream::Tls(Box::new(self.tls.handshake(url.host(), socket)?))
-        } else {
-            Stream::Plain(socket)
-        };
+        let (stream, proxied) = self.open_stream(url, deadline, observe)?;
 
         // Only now, with the server authenticated (or on loopback), does the
         // request carrying the token go out.
@@ -167,20 +212,80 @@ impl Connector {
                 stage: Stage::Upgrade,
                 source,
             })?;
-        Ok(Connection::new(websocket, proxy.is_some()))
+        observe(Step::Upgraded);
+        Ok(Connection::new(websocket, proxied))
+    }
+
+    /// The steps of [`connect_observed`](Self::connect_observed) before the
+    /// upgrade, then a TLS `close_notify` and the end of the connection:
+    /// proves that the platform can be reached and authenticated when there
+    /// is no token to ask for the upgrade with. Nothing but the handshakes
+    /// is sent.
+    pub fn reach_observed(
+        &self,
+        url: &WsUrl,
+        observe: &mut dyn FnMut(Step),
+    ) -> Result<(), TransportError> {
+        let deadline = Instant::now() + self.opening_timeout;
+        let (stream, _) = self.open_stream(url, deadline, observe)?;
+        if let Stream::Tls(mut tls) = stream {
+            tls.conn.send_close_notify();
+            // The peer learns of the end from the socket closing anyway.
+            let _ = tls.flush();
+        }
+        Ok(())
+    }
+
+    /// Resolve, TCP, proxy tunnel and TLS (for `wss://`), by `deadline`;
+    /// the stream and whether it runs through a proxy.
+    fn open_stream(
+        &self,
+        url: &WsUrl,
+        deadline: Instant,
+        observe: &mut dyn FnMut(Step),
+    ) -> Result<(Stream, bool), TransportError> {
+        let proxy = self.proxy_for_url(url);
+        let tcp = match proxy {
+            Some(server) => dial(server.host(), server.port(), false, deadline, observe)?,
+            None => dial(url.host(), url.port(), !url.is_secure(), deadline, observe)?,
+        };
+        let mut socket = Paced::opening(tcp, deadline);
+        if let Some(server) = proxy {
+            open_tunnel(&mut socket, server, url.host(), url.port())?;
+            observe(Step::Tunnelled);
+        }
+        let stream = if url.is_secure() {
+            let tls = self.tls.handshake(url.host(), socket)?;
+            observe(Step::Secured {
+                version: tls.conn.protocol_version(),
+                pinned: self.tls.is_pinned(),
+                spki_sha256: tls
+                    .conn
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| spki_sha256(leaf.as_ref()).ok()),
+            });
+            Stream::Tls(Box::new(tls))
+        } else {
+            Stream::Plain(socket)
+        };
+        Ok((stream, proxy.is_some()))
     }
 }
 
 /// Resolves `host` and connects to the first address that answers, within
 /// the deadline. With `loopback_only`, addresses outside the loopback range
-/// are never tried (plain-text `ws://`).
+/// are never tried (plain-text `ws://`). `observe` hears of the addresses
+/// and of the connection.
 pub(super) fn dial(
     host: &Host,
     port: u16,
     loopback_only: bool,
     deadline: Instant,
+    observe: &mut dyn FnMut(Step),
 ) -> Result<TcpStream, TransportError> {
     let name = host.bare();
+    let looked_up = name.parse::<IpAddr>().is_err();
     let addresses: Vec<SocketAddr> = resolve(&name, port, deadline)?
         .into_iter()
         .filter(|addr| !loopback_only || addr.ip().is_loopback())
@@ -198,6 +303,11 @@ pub(super) fn dial(
             }
         });
     }
+    observe(Step::Resolved {
+        host: name,
+        addresses: addresses.clone(),
+        looked_up,
+    });
     let mut last_error = None;
     for addr in addresses {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -208,6 +318,7 @@ pub(super) fn dial(
             Ok(tcp) => {
                 tcp.set_nodelay(true)
                     .map_err(|source| TransportError::Connect { addr, source })?;
+                observe(Step::Connected { addr });
                 return Ok(tcp);
             }
             Err(source) => last_error = Some((addr, source)),

@@ -61,8 +61,20 @@ impl Connector {
             None
         };
         let tcp = match proxy {
-            Some(server) => dial(server.host(), server.port(), false, connect_deadline)?,
-            None => dial(url.host(), url.port(), !url.is_secure(), connect_deadline)?,
+            Some(server) => dial(
+                server.host(),
+                server.port(),
+                false,
+                connect_deadline,
+                &mut |_| {},
+            )?,
+            None => dial(
+                url.host(),
+                url.port(),
+                !url.is_secure(),
+                connect_deadline,
+                &mut |_| {},
+            )?,
         };
         let mut socket = Paced::opening(tcp, deadline);
         if let Some(server) = proxy {

@@ -37,7 +37,7 @@ pub use connection::{
     CloseInfo, Connection, Incoming, READ_TURN, Reader, WRITE_STALL_TIMEOUT, Writer,
 };
 /// Opening a connection, step by step.
-pub use connector::{Connector, OPENING_TIMEOUT, websocket_config};
+pub use connector::{Connector, OPENING_TIMEOUT, Step, websocket_config};
 /// Every failure of the transport, and how to react to it.
 pub use error::{CaFileProblem, Disposition, Stage, TransportError};
 /// An HTTP response, and the parser of a whole one from bytes.

@@ -105,19 +105,25 @@ impl Containment {
     }
 
     /// What [`set_up`](Self::set_up) would achieve here, found without
-    /// creating anything (for `status`).
-    pub fn probe() -> String {
+    /// creating anything (for `status` and `doctor`).
+    pub fn probe() -> Available {
         let cgroup = own_cgroup_dir().and_then(|dir| {
             rustix::fs::access(&dir, rustix::fs::Access::WRITE_OK)
                 .map(|()| dir.clone())
                 .map_err(|e| format!("{} is not writable: {e}", dir.display()))
         });
         match cgroup {
-            Ok(dir) => format!(
-                "a cgroup v2 of their own below {} and the daemon as their subreaper",
-                dir.display()
-            ),
-            Err(why) => format!("the daemon as their subreaper only (no cgroup: {why})"),
+            Ok(dir) => Available {
+                mechanism: Mechanism::Cgroup,
+                description: format!(
+                    "a cgroup v2 of their own below {} and the daemon as their subreaper",
+                    dir.display()
+                ),
+            },
+            Err(why) => Available {
+                mechanism: Mechanism::Subreaper,
+                description: format!("the daemon as their subreaper only (no cgroup: {why})"),
+            },
         }
     }
 
@@ -212,6 +218,21 @@ impl fmt::Display for Containment {
                  (no cgroup: {no_cgroup}; {why})"
             ),
         }
+    }
+}
+
+/// The containment [`Containment::probe`] found available; `Display` is
+/// one line saying what it is (or why there is no cgroup).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Available {
+    /// The strongest mechanism available.
+    pub mechanism: Mechanism,
+    description: String,
+}
+
+impl fmt::Display for Available {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.description)
     }
 }
 
