@@ -43,7 +43,8 @@
 //! TLS, HTTP upgrade, per-attempt behaviours), `transport` (the byte
 //! stream), [`conn`] (one WebSocket: frames in and out), [`hello`] (the
 //! handshake), [`strict`] (the platform relay's rules), [`wire`] (envelopes
-//! and identifiers), [`script`] (the chat the command-line emulator runs). Beside them, [`oauth`] plays the
+//! and identifiers), [`script`] (the chat the command-line emulator runs),
+//! [`demo`] (the whole machine-control chat of its `--demo`). Beside them, [`oauth`] plays the
 //! platform's OAuth endpoints — authorize, token and revoke — on the same
 //! port (or alone, over plain HTTP, as [`OAuthEmulator`]), and [`Browser`]
 //! plays the user's browser: the authorize redirect, then the shim's
@@ -51,6 +52,7 @@
 
 mod browser;
 pub mod conn;
+pub mod demo;
 pub mod hello;
 mod http;
 mod listener;
