@@ -275,7 +275,9 @@ fn auth_gives_up_on_a_token_endpoint_that_does_not_answer() {
     oauth.push_token(TokenBehaviour::Hang(Duration::from_secs(60)));
     let mut run = AuthRun::start(&home, &oauth, port_block());
     let state = run.param("state");
-    run.callback(&format!("code={CODE}&state={state}"));
+    // The browser's page waits for the exchange, so it is fetched aside.
+    let url = format!("{}?code={CODE}&state={state}", run.param("redirect_uri"));
+    let browser = std::thread::spawn(move || visit(&url, Duration::from_secs(60)));
     let started = std::time::Instant::now();
     assert_eq!(
         run.shim.wait(Duration::from_secs(45)),
@@ -285,6 +287,12 @@ fn auth_gives_up_on_a_token_endpoint_that_does_not_answer() {
     );
     assert!(started.elapsed() >= Duration::from_secs(25));
     assert!(tokens(&home).access.is_none());
+    let (status, page) = browser.join().unwrap().unwrap();
+    assert_eq!(status, 500);
+    assert!(
+        page.contains("failed") && !page.contains("complete"),
+        "{page}"
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! * [`callback`] — the loopback listener the browser returns to.
 //! * [`oauth`] — the authorize URL and the token and revoke requests.
 //! * [`browser`] — asking the desktop to open the authorize URL.
+//! * [`paste`] — the redirect address (or code) a user pastes when the
+//!   browser runs on another machine.
 //! * [`refresh`] — the connections' tokens and the forced refresh after a
 //!   401.
 //!
@@ -19,5 +21,6 @@ pub mod browser;
 pub mod callback;
 pub mod form;
 pub mod oauth;
+pub mod paste;
 pub mod pkce;
 pub mod refresh;

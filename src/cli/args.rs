@@ -21,6 +21,7 @@ use lexopt::Arg::{Long, Short, Value};
 use lexopt::Parser;
 
 use super::audit::{self, AuditCommand};
+use super::auth::{self, AuthOptions};
 use crate::config::{LogLevel, Overrides};
 
 /// What the command line asks for.
@@ -52,8 +53,8 @@ pub enum Command {
     /// `start`: run the daemon in the foreground (CLI.md §4.2). Its options
     /// are configuration overrides, so it carries nothing of its own.
     Start,
-    /// `auth`: the OAuth flow (CLI.md §4.1).
-    Auth,
+    /// `auth [--no-browser]`: the OAuth flow (CLI.md §4.1).
+    Auth(AuthOptions),
     /// `revoke`: revoke and delete the tokens (CLI.md §4.4).
     Revoke,
     /// `status`: configuration, tokens, daemon and autostart (CLI.md §4.3).
@@ -230,7 +231,7 @@ fn parse_command(
             parse_start(parser, overrides)?;
             Ok(Command::Start)
         }
-        Some("auth") => no_arguments(parser).map(|()| Command::Auth),
+        Some("auth") => Ok(Command::Auth(auth::parse(parser)?)),
         Some("revoke") => no_arguments(parser).map(|()| Command::Revoke),
         Some("status") => no_arguments(parser).map(|()| Command::Status),
         _ => Err(UsageError::UnknownCommand(

@@ -33,6 +33,7 @@ pub use args::{
     Command, Globals, Invocation, Parsed, UsageError, parse, parse_globals, session_id_value,
 };
 pub use audit::{AuditCommand, parse_duration, tail_line};
+pub use auth::AuthOptions;
 
 use crate::config::{self, Config, ConfigError, Overrides};
 use crate::exit;
@@ -104,7 +105,7 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
     match invocation.command {
         Command::Audit(command) => audit::run(command, &invocation.overrides, stdout, stderr),
         Command::Start => start::run(&invocation.overrides, stdout, stderr),
-        Command::Auth => auth::run(&invocation.overrides, stdout, stderr),
+        Command::Auth(options) => auth::run(&options, &invocation.overrides, stdout, stderr),
         Command::Revoke => revoke::run(&invocation.overrides, stdout, stderr),
         Command::Status => status::run(&invocation.overrides, stdout, stderr),
     }
@@ -181,7 +182,7 @@ const USAGE_LINE: &str = "Usage: autogpt-shim [GLOBAL OPTIONS] <COMMAND> [COMMAN
 const COMMANDS: &[(&str, &str)] = &[
     (
         "auth",
-        "authorize this machine with the platform in a browser and store the tokens",
+        "authorize this machine with the platform in a browser and store the tokens:\n              auth [--no-browser] (--no-browser: the browser runs on another computer;\n              paste the final address back)",
     ),
     (
         "start",
