@@ -284,9 +284,9 @@ fn from_another_machine(
     let _ = stdout.flush();
     let lines = read_lines();
     let mut ended = false;
-    // On a terminal the prompt shows the time left; elsewhere plain lines
-    // do, as for a browser here.
-    let mut waiting = Waiting::new(false);
+    // The prompt shows the time left; when stderr is not a terminal, plain
+    // lines keep showing it between prompts, as for a browser here.
+    let mut waiting = Waiting::new(false).quiet_for(PLAIN_TICK);
     prompt(terminal, CALLBACK_TIMEOUT, stderr);
     let mut prompt_open = true;
     let settled = listener.serve(pkce, CALLBACK_TIMEOUT, &mut |left| {
@@ -427,6 +427,12 @@ impl Waiting {
             say!(stderr, "Waiting for the authorization: {clock} left.");
             self.next_plain = Some(now + PLAIN_TICK);
         }
+    }
+
+    /// Shows nothing for `pause` (something else just showed the time).
+    fn quiet_for(mut self, pause: Duration) -> Waiting {
+        self.next_plain = Some(Instant::now() + pause);
+        self
     }
 
     /// Erases the terminal line so that what follows starts clean.
