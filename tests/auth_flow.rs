@@ -7,10 +7,9 @@
 
 mod start_support;
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use autogpt_shim::auth::challenge;
@@ -22,78 +21,8 @@ use start_support::*;
 
 const CODE: &str = "the-code-7c1d";
 
-/// A distinct block of twelve callback ports per test, so tests can run
-/// in parallel (and away from the default range a real `auth` may use).
-fn port_block() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 43000 + (std::process::id() % 200) as u16 * 100;
-    base + NEXT.fetch_add(12, Ordering::SeqCst)
-}
-
 fn tokens(home: &Home) -> Tokens {
     home.store().tokens().unwrap()
-}
-
-/// A running `autogpt-shim auth` with the authorize URL it printed.
-struct AuthRun {
-    shim: Shim,
-    url: String,
-}
-
-impl AuthRun {
-    fn start(home: &Home, oauth: &OAuthEmulator, first_port: u16) -> AuthRun {
-        let mut command = home.command(&["--platform-url", &oauth.base_url(), "auth"]);
-        command.env("AUTOGPT_SHIM_OAUTH_REDIRECT_PORT", first_port.to_string());
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut url = None;
-        let mut seen = String::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.starts_with("http://") || line.starts_with("https://") {
-                url = Some(line);
-                break;
-            }
-        }
-        let url = url.unwrap_or_else(|| panic!("no authorize URL printed: {seen}"));
-        // The rest of stdout is collected like any other run.
-        let stdout = Captured::default();
-        let rest = stdout.clone();
-        let prefix = seen.clone();
-        std::thread::spawn(move || {
-            rest.push(prefix.as_bytes());
-            for line in lines.map_while(Result::ok) {
-                rest.push(format!("{line}\n").as_bytes());
-            }
-        });
-        let stderr = Captured::default();
-        stderr.clone().collect_from(child.stderr.take().unwrap());
-        AuthRun {
-            shim: Shim::from_parts(child, stdout, stderr),
-            url,
-        }
-    }
-
-    fn param(&self, name: &str) -> String {
-        let query = self.url.split_once('?').unwrap().1;
-        form_fields(query.as_bytes())
-            .into_iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v)
-            .unwrap()
-    }
-
-    /// What the browser does after the user approves (or not).
-    fn callback(&self, query: &str) -> (u16, String) {
-        let redirect = self.param("redirect_uri");
-        visit(&format!("{redirect}?{query}"), WAIT).unwrap()
-    }
 }
 
 /// Nothing secret in the outputs or in any file of the home.
@@ -275,7 +204,9 @@ fn auth_gives_up_on_a_token_endpoint_that_does_not_answer() {
     oauth.push_token(TokenBehaviour::Hang(Duration::from_secs(60)));
     let mut run = AuthRun::start(&home, &oauth, port_block());
     let state = run.param("state");
-    run.callback(&format!("code={CODE}&state={state}"));
+    // The browser's page waits for the exchange, so it is fetched aside.
+    let url = format!("{}?code={CODE}&state={state}", run.param("redirect_uri"));
+    let browser = std::thread::spawn(move || visit(&url, Duration::from_secs(60)));
     let started = std::time::Instant::now();
     assert_eq!(
         run.shim.wait(Duration::from_secs(45)),
@@ -285,6 +216,12 @@ fn auth_gives_up_on_a_token_endpoint_that_does_not_answer() {
     );
     assert!(started.elapsed() >= Duration::from_secs(25));
     assert!(tokens(&home).access.is_none());
+    let (status, page) = browser.join().unwrap().unwrap();
+    assert_eq!(status, 500);
+    assert!(
+        page.contains("failed") && !page.contains("complete"),
+        "{page}"
+    );
 }
 
 #[test]

@@ -43,12 +43,18 @@
 //! TLS, HTTP upgrade, per-attempt behaviours), `transport` (the byte
 //! stream), [`conn`] (one WebSocket: frames in and out), [`hello`] (the
 //! handshake), [`strict`] (the platform relay's rules), [`wire`] (envelopes
-//! and identifiers), [`script`] (the chat the command-line emulator runs). Beside them, [`oauth`] plays the
-//! platform's OAuth token and revoke endpoints over plain HTTP, and the
-//! user's browser against the shim's callback listener.
+//! and identifiers), [`script`] (the chat the command-line emulator runs),
+//! [`demo`] (the whole machine-control chat of its `--demo`). Beside them, [`oauth`] plays the
+//! platform's OAuth endpoints — authorize, token and revoke — on the same
+//! port (or alone, over plain HTTP, as [`OAuthEmulator`]), and [`Browser`]
+//! plays the user's browser: the authorize redirect, then the shim's
+//! callback listener.
 
+mod browser;
 pub mod conn;
+pub mod demo;
 pub mod hello;
+mod http;
 mod listener;
 pub mod oauth;
 pub mod script;
@@ -60,7 +66,10 @@ pub mod wire;
 
 pub use conn::{Conn, Ending, RawFrame, RawKind, RawMessage};
 pub use hello::{ConnKind, HelloAck, HelloError, check_hello, hello_problems};
-pub use oauth::{OAuthEmulator, RecordedRequest, RevokeBehaviour, TokenBehaviour};
+pub use oauth::{
+    Browser, Grants, OAuthEmulator, OAuthEndpoints, RecordedRequest, RevokeBehaviour,
+    TokenBehaviour,
+};
 pub use server::{AttemptOutcome, Emulator, EmulatorOptions, UpgradeAttempt, UpgradeBehaviour};
 pub use strict::Violation;
 pub use tls::TlsVersions;

@@ -2,15 +2,17 @@
 //!
 //! Parses the command line, starts an emulator, prints how to reach it,
 //! and for each shim connection performs the handshake and runs the default
-//! script (`autogpt_shim_emulator::script`). All protocol work lives in the
-//! library; this file only wires arguments to it and reports.
+//! script (`autogpt_shim_emulator::script`), or with `--demo` the demo chat
+//! of machine-control mode (`autogpt_shim_emulator::demo`). All protocol
+//! work lives in the library; this file only wires arguments to it and
+//! reports.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, HelloAck, script};
+use autogpt_shim_emulator::{Conn, ConnKind, Emulator, EmulatorOptions, HelloAck, demo, script};
 
 const USAGE: &str = "\
 Usage: autogpt-shim-emulator [OPTIONS]
@@ -20,15 +22,27 @@ answers its HELLO, runs a short scripted chat (file operations in a scratch
 directory under the session root, `echo hello` when shell is granted, PING)
 and prints one line per exchange. It is as strict as the platform: an invalid
 or late HELLO, or a frame the platform could not correlate to a request it
-sent, ends the connection and fails the run.
+sent, ends the connection and fails the run. On the same port it serves the
+platform's OAuth endpoints, so `autogpt-shim auth` can authorize against it;
+the tokens it issues live as long as it runs.
 
 Options:
+  --demo DIR           on the control connection of `autogpt-shim start`,
+                       play a whole chat: browse to DIR (a folder inside
+                       your home or a mounted volume, not the home itself),
+                       attach a chat session to it, activate it, run the
+                       scripted chat on the connection the shim opens for it
+                       (a scratch folder in DIR is created and removed), and
+                       detach it. Upgrades then need an access token this
+                       emulator issued: run `autogpt-shim auth` against it
+                       first
   --port PORT          listen on 127.0.0.1:PORT (default: a free port)
   --plain              speak ws:// instead of wss:// (no TLS)
   --session-id ID      answer HELLO with this session_id (default: the
                        session named by the connection's URL path)
-  --once               exit after one scripted chat
+  --once               exit after one scripted chat (or demo chat)
   --token TOKEN        refuse upgrades (401) without `Authorization: Bearer TOKEN`
+                       (with --demo, the tokens it issued are accepted too)
   --ca-file PATH       write the CA certificate here (default: a file in a new
                        temporary directory, removed on exit unless killed)
   --timeout SECONDS    how long to wait for each response (default: 30)
@@ -39,6 +53,7 @@ Exit status: 0 when every step passed, 1 when a step failed, 2 on a usage
 error or when the emulator could not start.";
 
 struct Args {
+    demo: Option<PathBuf>,
     port: u16,
     plain: bool,
     session_id: Option<String>,
@@ -57,6 +72,7 @@ enum Parsed {
 fn parse_args() -> Result<Parsed, lexopt::Error> {
     use lexopt::prelude::*;
     let mut args = Args {
+        demo: None,
         port: 0,
         plain: false,
         session_id: None,
@@ -68,6 +84,7 @@ fn parse_args() -> Result<Parsed, lexopt::Error> {
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
+            Long("demo") => args.demo = Some(parser.value()?.into()),
             Long("port") => args.port = parser.value()?.parse()?,
             Long("plain") => args.plain = true,
             Long("session-id") => args.session_id = Some(parser.value()?.string()?),
@@ -120,9 +137,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// The `--demo` folder as the shim will report it (canonical), or why it
+/// cannot be one.
+fn demo_folder(dir: &Path) -> io::Result<PathBuf> {
+    let folder = dir.canonicalize().map_err(|error| {
+        io::Error::new(error.kind(), format!("--demo {}: {error}", dir.display()))
+    })?;
+    if !folder.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--demo {}: not a directory", dir.display()),
+        ));
+    }
+    Ok(folder)
+}
+
 /// Serves shims until a step fails, or after one scripted chat with `--once`.
 fn run(args: &Args) -> io::Result<bool> {
+    let demo = args.demo.as_deref().map(demo_folder).transpose()?;
     let mut options = EmulatorOptions::new().port(args.port);
+    if demo.is_some() {
+        options = options.require_issued_token();
+    }
     if args.plain {
         options = options.plain();
     }
@@ -133,14 +169,14 @@ fn run(args: &Args) -> io::Result<bool> {
         options = options.expect_token(token);
     }
     let emulator = Emulator::start(options)?;
-    print_banner(&emulator, args);
+    print_banner(&emulator, args, demo.as_deref());
 
     let mut stdout = io::stdout();
     loop {
         let Some(conn) = emulator.accept(Duration::from_secs(3600)) else {
             continue;
         };
-        let served = serve(&conn, args, &mut stdout)?;
+        let served = serve(&emulator, &conn, args, demo.as_deref(), &mut stdout)?;
         let passed = obeyed_the_rules(&conn, &mut stdout)? && served;
         if !passed {
             let _ = conn.close(1000, "emulator script failed");
@@ -161,8 +197,9 @@ fn run(args: &Args) -> io::Result<bool> {
     }
 }
 
-fn print_banner(emulator: &Emulator, args: &Args) {
+fn print_banner(emulator: &Emulator, args: &Args, demo: Option<&Path>) {
     println!("autogpt-shim-emulator listening");
+    println!("  platform url:    {}", emulator.platform_url());
     println!("  ws url:          {}", emulator.ws_url());
     if let Some(session) = &args.session_id {
         println!("  data url:        {}", emulator.data_url(session));
@@ -172,6 +209,9 @@ fn print_banner(emulator: &Emulator, args: &Args) {
     }
     if let Some(pin) = emulator.spki_sha256() {
         println!("  tls pin sha256:  {pin}");
+    }
+    if let Some(folder) = demo {
+        println!("  demo folder:     {}", folder.display());
     }
     let mut hint = format!("autogpt-shim --platform-url {}", emulator.platform_url());
     if let Some(session) = &args.session_id {
@@ -183,12 +223,24 @@ fn print_banner(emulator: &Emulator, args: &Args) {
             ca_file.display()
         ));
     }
-    println!("  start a shim:    {hint} start");
+    println!("  authorize:       {hint} auth");
+    if demo.is_some() {
+        println!("  start a shim:    {hint} start --enable-shell");
+    } else {
+        println!("  start a shim:    {hint} start");
+    }
     println!("waiting for a shim to connect");
 }
 
-/// Handshake and script on one connection; `Ok(false)` when a step failed.
-fn serve(conn: &Conn, args: &Args, out: &mut dyn Write) -> io::Result<bool> {
+/// Handshake and script (or, on a control connection with `--demo`, the
+/// demo chat) on one connection; `Ok(false)` when a step failed.
+fn serve(
+    emulator: &Emulator,
+    conn: &Conn,
+    args: &Args,
+    demo: Option<&Path>,
+    out: &mut dyn Write,
+) -> io::Result<bool> {
     writeln!(
         out,
         "connection {} from {}: {} (authorization: {})",
@@ -224,6 +276,15 @@ fn serve(conn: &Conn, args: &Args, out: &mut dyn Write) -> io::Result<bool> {
     }
     let sent = conn.send_hello_ack(&ack)?;
     writeln!(out, "ok   HELLO_ACK {}", sent["payload"])?;
+    if let (Some(folder), ConnKind::Control) = (demo, conn.kind()) {
+        let passed = demo::run_chat(emulator, conn, folder, args.timeout, out)?;
+        writeln!(
+            out,
+            "{}",
+            if passed { "demo passed" } else { "demo FAILED" }
+        )?;
+        return Ok(passed);
+    }
     let passed = script::run_default(conn, &hello, &sent, args.timeout, out)?;
     writeln!(
         out,

@@ -1,24 +1,22 @@
-//! The platform's OAuth endpoints (`AUTH.md` §6, §7.3, §11) as a real
-//! HTTP/1.1 server on 127.0.0.1, and a small HTTP client that plays the
-//! user's browser against the shim's callback listener (`AUTH.md` §5).
+//! The platform's OAuth endpoints (`AUTH.md` §1–§7, §11): the authorize
+//! endpoint the user's browser opens, the token endpoint (both grant types)
+//! and the revoke endpoint, with the platform's checks — PKCE S256, single
+//! use codes bound to their client and redirect URI, refresh tokens that
+//! rotate, revocation of a whole grant.
 //!
-//! This module owns everything the OAuth side of a test touches that is not
-//! a WebSocket: the token endpoint (`POST /api/oauth/token`, both grant
-//! types), the revoke endpoint (`POST /api/oauth/revoke`), a queue of
-//! per-request behaviours for each (so "500, then tokens" is scriptable),
-//! the record of every request received, the tokens handed out, and the
-//! decoding of form bodies and JSON members in the order they were sent.
+//! This module owns the OAuth side of an emulated platform: the ledger of
+//! codes and tokens it issued, a queue of per-request behaviours for the
+//! token and revoke endpoints (so "500, then tokens" is scriptable), and the
+//! record of every request received. [`OAuthEndpoints`] is that state; the
+//! platform [`crate::Emulator`] serves it on its own port (TLS included),
+//! beside the WebSocket, and [`OAuthEmulator`] serves it alone over plain
+//! HTTP for tests that only need a token endpoint.
 //!
 //! Like the WebSocket side it is written from the specification alone and
 //! listens on 127.0.0.1 only: a test platform handing out tokens must never
-//! be reachable from the network. The browser side ([`visit`],
-//! [`http_request`]) likewise refuses any host that is not loopback.
-//!
-//! The HTTP spoken is deliberately small: one request per connection, a
-//! request head of at most [`MAX_HEAD_BYTES`], a body framed by
-//! `Content-Length` (or chunked) of at most [`MAX_BODY_BYTES`], and every
-//! answer framed by `Content-Length` (chunked for
-//! [`TokenBehaviour::Chunked`]) with `Connection: close`.
+//! be reachable from the network. Codes and tokens come from the OS random
+//! source; without it a request is answered 500 rather than with a
+//! guessable value.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -34,18 +32,30 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
+pub use crate::browser::{Browser, Followed, HttpResponse, http_request, visit};
+pub use crate::http::{MAX_BODY_BYTES, MAX_HEAD_BYTES, RecordedRequest};
+
+use crate::http::{
+    Fault, Head, HttpReader, Socket, finish, parse_head, read_body, reason, request_line,
+    write_chunked, write_plain,
+};
 use crate::listener::{Acceptor, Record};
 use crate::wire;
+
+/// Path of the authorize endpoint under the platform base (`AUTH.md` §1).
+pub const AUTHORIZE_PATH: &str = "/auth/authorize";
 
 /// Path of the token endpoint (`AUTH.md` §1).
 pub const TOKEN_PATH: &str = "/api/oauth/token";
@@ -53,13 +63,15 @@ pub const TOKEN_PATH: &str = "/api/oauth/token";
 /// Path of the revoke endpoint (`AUTH.md` §1).
 pub const REVOKE_PATH: &str = "/api/oauth/revoke";
 
-/// Largest request head (request line and headers) the server reads, and
-/// largest response head the client reads.
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// The one client the platform registers for the shim (`AUTH.md` §2).
+pub const CLIENT_ID: &str = "autogpt-local-executor";
 
-/// Largest request body the server reads, and largest response body the
-/// client reads.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The one scope the platform grants it (`AUTH.md` §2).
+pub const SCOPE: &str = "USE_TOOLS";
+
+/// How long a code from the authorize endpoint can be exchanged (RFC 6749
+/// §4.1.2 recommends at most ten minutes).
+pub const CODE_LIFETIME: Duration = Duration::from_secs(600);
 
 /// How long the server waits for a whole request on one connection, and how
 /// long writing an answer may take.
@@ -71,9 +83,12 @@ const EXPIRES_IN: u64 = 3600;
 /// What to answer to one `POST /api/oauth/token`, whatever its grant type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenBehaviour {
-    /// 200 with `{"access_token", "refresh_token", "token_type": "Bearer",
-    /// "expires_in": 3600, "scope": "USE_TOOLS"}` and fresh random tokens
-    /// (`at-` / `rt-` followed by 32 lowercase hex digits).
+    /// When the grant is good ([`Grants`]): 200 with `{"access_token",
+    /// "refresh_token", "token_type": "Bearer", "expires_in": 3600,
+    /// "scope": "USE_TOOLS"}` and fresh random tokens (`at-` / `rt-`
+    /// followed by 32 lowercase hex digits). Otherwise the platform's
+    /// refusal: 400 `invalid_request`, `invalid_grant` or
+    /// `unsupported_grant_type`, or 401 `invalid_client`.
     Issue,
     /// Like [`TokenBehaviour::Issue`] but without `refresh_token` (the
     /// other members stay), as a platform that does not rotate refresh
@@ -84,8 +99,9 @@ pub enum TokenBehaviour {
     /// `Content-Length`.
     Chunked,
     /// This status with this body (e.g. `400` with
-    /// `{"error":"invalid_grant"}`, or `500`). The body is labelled
-    /// `application/json` when it parses as JSON, `text/plain` otherwise.
+    /// `{"error":"invalid_grant"}`, or `500`), whatever the grant. The body
+    /// is labelled `application/json` when it parses as JSON, `text/plain`
+    /// otherwise.
     Status(u16, String),
     /// 200 with this raw body, labelled `application/json` whatever it is
     /// (e.g. `not json`, `{}`, `[]`).
@@ -99,9 +115,11 @@ pub enum TokenBehaviour {
 /// What to answer to one `POST /api/oauth/revoke`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevokeBehaviour {
-    /// 200 with an empty body (RFC 7009 §2.2).
+    /// Revoke the token if this emulator issued it (a refresh token takes
+    /// its whole grant with it, RFC 7009 §2.1), then 200 with an empty body
+    /// (RFC 7009 §2.2: unknown tokens too).
     Ok,
-    /// This status with a short JSON body.
+    /// This status with a short JSON body; nothing is revoked.
     Status(u16),
     /// Read the request, answer nothing for this long, then close.
     Hang(Duration),
@@ -109,138 +127,102 @@ pub enum RevokeBehaviour {
     DropConnection,
 }
 
-/// One HTTP request the emulator read in full, whatever its path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordedRequest {
-    /// The method, as sent (e.g. `POST`).
-    pub method: String,
-    /// The request target, as sent (path and any query).
-    pub path: String,
-    /// Every header in order, names lower-cased, values as sent (without
-    /// surrounding whitespace).
-    pub headers: Vec<(String, String)>,
-    /// The body, de-chunked if it was sent chunked.
-    pub body: Vec<u8>,
+/// Which codes and refresh tokens the token endpoint honours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Grants {
+    /// As the platform: a code only if this emulator's authorize endpoint
+    /// issued it — once, within [`CODE_LIFETIME`], for the same client and
+    /// redirect URI, with a `code_verifier` whose S256 challenge is the one
+    /// authorized — and a refresh token only if it issued it and neither
+    /// rotated nor revoked it since. The client id must be [`CLIENT_ID`].
+    #[default]
+    Issued,
+    /// Like [`Grants::Issued`] for codes and refresh tokens this emulator
+    /// issued, but any other code, refresh token or body is honoured too:
+    /// for tests that script a token endpoint with values of their own.
+    Any,
 }
 
-impl RecordedRequest {
-    /// The value of the first header called `name` (any case).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        header_value(&self.headers, name)
-    }
-
-    /// Every value of the headers called `name` (any case), in order.
-    pub fn header_all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-            .collect()
-    }
-
-    /// The body decoded as a form ([`form_fields`]).
-    pub fn form(&self) -> Vec<(String, String)> {
-        form_fields(&self.body)
-    }
-
-    /// The body as JSON, if it is JSON.
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_slice(&self.body).ok()
-    }
-
-    /// The members of the body's top-level JSON object in the order they
-    /// were sent ([`json_members`]).
-    pub fn json_members(&self) -> Option<Vec<(String, Value)>> {
-        json_members(&self.body)
-    }
-}
-
-/// State shared by the accept loop, the connection threads and the
-/// [`OAuthEmulator`] handle.
+/// State shared by the servers' connection threads and every handle.
 struct Shared {
+    grants: Grants,
     stop: Arc<AtomicBool>,
     tokens: Mutex<VecDeque<TokenBehaviour>>,
     revokes: Mutex<VecDeque<RevokeBehaviour>>,
     requests: Record<RecordedRequest>,
     issued: Mutex<Vec<(String, String)>>,
+    ledger: Mutex<Ledger>,
+}
+
+/// What this emulator handed out and what of it is still good.
+#[derive(Default)]
+struct Ledger {
+    /// Codes not yet exchanged, with what they were issued for.
+    codes: HashMap<String, Authorization>,
+    /// Live access tokens, with the grant each belongs to.
+    access: HashMap<String, u64>,
+    /// Live refresh tokens, with the grant each belongs to.
+    refresh: HashMap<String, u64>,
+    next_grant: u64,
+}
+
+impl Ledger {
+    fn new_grant(&mut self) -> u64 {
+        self.next_grant += 1;
+        self.next_grant
+    }
+}
+
+/// One approved authorization request, waiting for its code exchange.
+struct Authorization {
+    client_id: String,
+    redirect_uri: String,
+    challenge: String,
+    issued: Instant,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every value behind these locks is pushed or popped in one step, so a
-    // panic elsewhere cannot leave it half-updated.
+    // Every value behind these locks is changed in one step under the lock,
+    // so a panic elsewhere cannot leave it half-updated.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A running OAuth endpoint emulator on 127.0.0.1. Dropping it stops
-/// accepting connections and cuts short any [`TokenBehaviour::Hang`] or
-/// [`RevokeBehaviour::Hang`] in progress.
-pub struct OAuthEmulator {
-    addr: SocketAddr,
+/// The OAuth side of an emulated platform: the endpoints' behaviour queues,
+/// the codes and tokens issued, and every request received. Cloning gives
+/// another handle on the same state.
+#[derive(Clone)]
+pub struct OAuthEndpoints {
     shared: Arc<Shared>,
-    _acceptor: Acceptor,
 }
 
-impl std::fmt::Debug for OAuthEmulator {
+impl std::fmt::Debug for OAuthEndpoints {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
-            .debug_struct("OAuthEmulator")
-            .field("base_url", &self.base_url())
+            .debug_struct("OAuthEndpoints")
+            .field("grants", &self.shared.grants)
             .finish_non_exhaustive()
     }
 }
 
-impl OAuthEmulator {
-    /// Binds an ephemeral port of 127.0.0.1 (plain HTTP) and starts
-    /// answering in a background thread.
-    pub fn start() -> io::Result<OAuthEmulator> {
-        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))?;
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
-            stop: Arc::new(AtomicBool::new(false)),
-            tokens: Mutex::new(VecDeque::new()),
-            revokes: Mutex::new(VecDeque::new()),
-            requests: Record::new(),
-            issued: Mutex::new(Vec::new()),
-        });
-        let conn_shared = Arc::clone(&shared);
-        let acceptor = Acceptor::start(
-            listener,
-            "oauth-accept",
-            "oauth-conn",
-            Arc::clone(&shared.stop),
-            move |tcp, _peer| serve(tcp, &conn_shared),
-        )?;
-        Ok(OAuthEmulator {
-            addr,
-            shared,
-            _acceptor: acceptor,
-        })
+impl OAuthEndpoints {
+    /// Fresh state; `stop` cuts short any hang in progress once set.
+    pub(crate) fn new(grants: Grants, stop: Arc<AtomicBool>) -> OAuthEndpoints {
+        OAuthEndpoints {
+            shared: Arc::new(Shared {
+                grants,
+                stop,
+                tokens: Mutex::new(VecDeque::new()),
+                revokes: Mutex::new(VecDeque::new()),
+                requests: Record::new(),
+                issued: Mutex::new(Vec::new()),
+                ledger: Mutex::new(Ledger::default()),
+            }),
+        }
     }
 
-    /// The listening address (always 127.0.0.1).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The listening port.
-    pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    /// `http://127.0.0.1:PORT`, the `platform_url` a shim derives the token
-    /// and revoke endpoints from.
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// The token endpoint, `http://127.0.0.1:PORT/api/oauth/token`.
-    pub fn token_url(&self) -> String {
-        format!("{}{TOKEN_PATH}", self.base_url())
-    }
-
-    /// The revoke endpoint, `http://127.0.0.1:PORT/api/oauth/revoke`.
-    pub fn revoke_url(&self) -> String {
-        format!("{}{REVOKE_PATH}", self.base_url())
+    /// Which codes and refresh tokens the token endpoint honours.
+    pub fn grants(&self) -> Grants {
+        self.shared.grants
     }
 
     /// Queues the behaviour for a coming token request (first in, first
@@ -277,14 +259,218 @@ impl OAuthEmulator {
     pub fn issued(&self) -> Vec<(String, String)> {
         lock(&self.shared.issued).clone()
     }
+
+    /// Whether `token` is an access token this emulator issued and has not
+    /// revoked: what the platform checks on a WebSocket upgrade.
+    pub fn access_token_is_live(&self, token: &str) -> bool {
+        lock(&self.shared.ledger).access.contains_key(token)
+    }
+
+    /// Reads the rest of one request whose head has been read, answers it
+    /// on the same connection and ends the connection.
+    pub(crate) fn serve<S: Socket>(&self, mut reader: HttpReader<S>, head: Head) {
+        let request = match read_body(&mut reader, head) {
+            Ok(request) => request,
+            Err(Fault::Closed | Fault::Io(_)) => return,
+            Err(fault) => {
+                refuse_malformed(&mut reader, &fault);
+                return;
+            }
+        };
+        let answer = answer_for(&request, &self.shared);
+        self.shared.requests.push(request);
+        let out: &mut dyn io::Write = reader.stream_mut();
+        let written = match answer {
+            Answer::Plain {
+                status,
+                content_type,
+                location,
+                body,
+            } => {
+                let extra: Vec<(&str, &str)> = location
+                    .as_deref()
+                    .map(|location| ("Location", location))
+                    .into_iter()
+                    .collect();
+                write_plain(out, status, content_type, &extra, &body)
+            }
+            Answer::Chunked { content_type, body } => write_chunked(out, content_type, &body),
+            Answer::Hang(duration) => {
+                hang(duration, &self.shared.stop);
+                Ok(())
+            }
+            Answer::Drop => Ok(()),
+        };
+        if written.is_ok() {
+            finish(&mut reader);
+        }
+    }
+}
+
+/// Whether a request head is for one of the OAuth endpoints (by its path,
+/// whatever the method or query) rather than a WebSocket upgrade: how the
+/// platform emulator tells the two apart on one port.
+pub(crate) fn routes_here(head: &Head) -> bool {
+    let Ok((_, target)) = request_line(head) else {
+        return false;
+    };
+    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    let upgrade = crate::http::header_value(&head.headers, "upgrade").is_some();
+    !upgrade && [AUTHORIZE_PATH, TOKEN_PATH, REVOKE_PATH].contains(&path)
+}
+
+/// Answers a request that could not be read as HTTP, and ends the
+/// connection.
+pub(crate) fn refuse_malformed<S: Socket>(reader: &mut HttpReader<S>, fault: &Fault) {
+    let status = fault.status();
+    let body = format!("{status} {}\n", reason(status)).into_bytes();
+    let _ = write_plain(
+        reader.stream_mut(),
+        status,
+        "text/plain; charset=utf-8",
+        &[],
+        &body,
+    );
+    // The rest of the request was not read: draining a little in `finish`
+    // keeps the close from resetting the connection before the client
+    // reads the answer.
+    finish(reader);
+}
+
+/// A running OAuth endpoint emulator on 127.0.0.1, plain HTTP. Dropping it
+/// stops accepting connections and cuts short any [`TokenBehaviour::Hang`]
+/// or [`RevokeBehaviour::Hang`] in progress.
+pub struct OAuthEmulator {
+    addr: SocketAddr,
+    endpoints: OAuthEndpoints,
+    _acceptor: Acceptor,
+}
+
+impl std::fmt::Debug for OAuthEmulator {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("OAuthEmulator")
+            .field("base_url", &self.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OAuthEmulator {
+    /// Binds an ephemeral port of 127.0.0.1 (plain HTTP) and starts
+    /// answering in a background thread, honouring any grant
+    /// ([`Grants::Any`]).
+    pub fn start() -> io::Result<OAuthEmulator> {
+        OAuthEmulator::start_with(Grants::Any)
+    }
+
+    /// [`OAuthEmulator::start`] honouring the given grants.
+    pub fn start_with(grants: Grants) -> io::Result<OAuthEmulator> {
+        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let endpoints = OAuthEndpoints::new(grants, Arc::clone(&stop));
+        let conn_endpoints = endpoints.clone();
+        let acceptor = Acceptor::start(
+            listener,
+            "oauth-accept",
+            "oauth-conn",
+            stop,
+            move |tcp, _peer| serve_tcp(tcp, &conn_endpoints),
+        )?;
+        Ok(OAuthEmulator {
+            addr,
+            endpoints,
+            _acceptor: acceptor,
+        })
+    }
+
+    /// The listening address (always 127.0.0.1).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The listening port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// `http://127.0.0.1:PORT`, the `platform_url` a shim derives the
+    /// endpoints from.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The authorize endpoint, `http://127.0.0.1:PORT/auth/authorize`.
+    pub fn authorize_url(&self) -> String {
+        format!("{}{AUTHORIZE_PATH}", self.base_url())
+    }
+
+    /// The token endpoint, `http://127.0.0.1:PORT/api/oauth/token`.
+    pub fn token_url(&self) -> String {
+        format!("{}{TOKEN_PATH}", self.base_url())
+    }
+
+    /// The revoke endpoint, `http://127.0.0.1:PORT/api/oauth/revoke`.
+    pub fn revoke_url(&self) -> String {
+        format!("{}{REVOKE_PATH}", self.base_url())
+    }
+
+    /// The endpoints' state.
+    pub fn endpoints(&self) -> &OAuthEndpoints {
+        &self.endpoints
+    }
+
+    /// [`OAuthEndpoints::push_token`].
+    pub fn push_token(&self, behaviour: TokenBehaviour) {
+        self.endpoints.push_token(behaviour);
+    }
+
+    /// [`OAuthEndpoints::push_revoke`].
+    pub fn push_revoke(&self, behaviour: RevokeBehaviour) {
+        self.endpoints.push_revoke(behaviour);
+    }
+
+    /// [`OAuthEndpoints::requests`].
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.endpoints.requests()
+    }
+
+    /// [`OAuthEndpoints::wait_requests`].
+    pub fn wait_requests(&self, count: usize, timeout: Duration) -> Vec<RecordedRequest> {
+        self.endpoints.wait_requests(count, timeout)
+    }
+
+    /// [`OAuthEndpoints::issued`].
+    pub fn issued(&self) -> Vec<(String, String)> {
+        self.endpoints.issued()
+    }
+}
+
+/// One connection of the plain-HTTP [`OAuthEmulator`].
+fn serve_tcp(tcp: TcpStream, endpoints: &OAuthEndpoints) {
+    let _ = tcp.set_nodelay(true);
+    if tcp.set_write_timeout(Some(REQUEST_TIMEOUT)).is_err() {
+        return;
+    }
+    let mut reader = HttpReader::new(tcp, Instant::now() + REQUEST_TIMEOUT);
+    match reader
+        .read_head(MAX_HEAD_BYTES)
+        .and_then(|head| parse_head(&head))
+    {
+        Ok(head) => endpoints.serve(reader, head),
+        Err(Fault::Closed | Fault::Io(_)) => {}
+        Err(fault) => refuse_malformed(&mut reader, &fault),
+    }
 }
 
 /// What the server does with the connection once the request is read.
 enum Answer {
-    /// A complete response with a `Content-Length` body.
+    /// A complete response with a `Content-Length` body (and a `Location`
+    /// for a redirect).
     Plain {
         status: u16,
         content_type: &'static str,
+        location: Option<String>,
         body: Vec<u8>,
     },
     /// A 200 response whose body is sent chunked.
@@ -298,149 +484,395 @@ enum Answer {
     Drop,
 }
 
-fn serve(tcp: TcpStream, shared: &Shared) {
-    let _ = tcp.set_nodelay(true);
-    if tcp.set_write_timeout(Some(REQUEST_TIMEOUT)).is_err() {
-        return;
-    }
-    let Ok(write_half) = tcp.try_clone() else {
-        return;
-    };
-    let mut reader = HttpReader::new(tcp, Instant::now() + REQUEST_TIMEOUT);
-    let request = match read_request(&mut reader, &write_half) {
-        Ok(request) => request,
-        Err(Fault::Closed | Fault::Io(_)) => return,
-        Err(fault) => {
-            let status = fault.status();
-            let body = format!("{status} {}\n", reason(status)).into_bytes();
-            let _ = write_plain(&write_half, status, "text/plain; charset=utf-8", &body);
-            // The rest of the request was not read: drain a little so closing
-            // does not reset the connection before the client reads the
-            // answer.
-            finish(&write_half, &mut reader);
-            return;
-        }
-    };
-    let answer = answer_for(&request, shared);
-    shared.requests.push(request);
-    let written = match answer {
+impl Answer {
+    fn json(status: u16, body: &Value) -> Answer {
         Answer::Plain {
             status,
-            content_type,
-            body,
-        } => write_plain(&write_half, status, content_type, &body),
-        Answer::Chunked { content_type, body } => write_chunked(&write_half, content_type, &body),
-        Answer::Hang(duration) => {
-            hang(duration, &shared.stop);
-            Ok(())
+            content_type: "application/json",
+            location: None,
+            body: body.to_string().into_bytes(),
         }
-        Answer::Drop => Ok(()),
-    };
-    if written.is_ok() {
-        finish(&write_half, &mut reader);
+    }
+
+    /// The OAuth error answer of RFC 6749 §5.2.
+    fn oauth_error(status: u16, error: &str, description: &str) -> Answer {
+        Answer::json(
+            status,
+            &json!({"error": error, "error_description": description}),
+        )
+    }
+
+    fn server_error() -> Answer {
+        Answer::oauth_error(500, "server_error", "no random source for a token")
+    }
+
+    fn page(status: u16, text: &str) -> Answer {
+        Answer::Plain {
+            status,
+            content_type: "text/html; charset=utf-8",
+            location: None,
+            body: page(text).into_bytes(),
+        }
     }
 }
 
+/// A small fixed HTML page.
+fn page(text: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>AutoGPT platform emulator</title>\
+         </head><body><p>{text}</p></body></html>"
+    )
+}
+
 /// Picks the answer for a request, taking the next queued behaviour of its
-/// endpoint. Issued tokens are recorded here.
+/// endpoint. Codes and tokens are issued (and recorded) here.
 fn answer_for(request: &RecordedRequest, shared: &Shared) -> Answer {
     match (request.method.as_str(), request.path.as_str()) {
+        ("GET", _) if request.path_only() == AUTHORIZE_PATH => authorize(request, shared),
         ("POST", TOKEN_PATH) => {
             let behaviour = lock(&shared.tokens)
                 .pop_front()
                 .unwrap_or(TokenBehaviour::Issue);
-            token_answer(behaviour, shared)
+            token_answer(request, behaviour, shared)
         }
         ("POST", REVOKE_PATH) => {
             let behaviour = lock(&shared.revokes)
                 .pop_front()
                 .unwrap_or(RevokeBehaviour::Ok);
             match behaviour {
-                RevokeBehaviour::Ok => Answer::Plain {
-                    status: 200,
-                    content_type: "application/json",
-                    body: Vec::new(),
-                },
-                RevokeBehaviour::Status(status) => Answer::Plain {
+                RevokeBehaviour::Ok => revoke(request, shared),
+                RevokeBehaviour::Status(status) => Answer::json(
                     status,
-                    content_type: "application/json",
-                    body: json!({"detail": format!("{status} {}", reason(status))})
-                        .to_string()
-                        .into_bytes(),
-                },
+                    &json!({"detail": format!("{status} {}", reason(status))}),
+                ),
                 RevokeBehaviour::Hang(duration) => Answer::Hang(duration),
                 RevokeBehaviour::DropConnection => Answer::Drop,
             }
         }
-        _ => Answer::Plain {
-            status: 404,
-            content_type: "application/json",
-            body: br#"{"detail":"Not Found"}"#.to_vec(),
-        },
+        _ => Answer::json(404, &json!({"detail": "Not Found"})),
     }
 }
 
-fn token_answer(behaviour: TokenBehaviour, shared: &Shared) -> Answer {
-    let issue = |with_refresh: bool| -> Option<Vec<u8>> {
-        // Without the OS random source no token would be unpredictable;
-        // the request is answered 500 instead of with a guessable token.
-        let access = random_token("at-").ok()?;
-        let refresh = if with_refresh {
-            random_token("rt-").ok()?
-        } else {
-            String::new()
-        };
-        let mut body = json!({
-            "access_token": access,
-            "token_type": "Bearer",
-            "expires_in": EXPIRES_IN,
-            "scope": "USE_TOOLS",
-        });
-        if with_refresh {
-            body["refresh_token"] = Value::String(refresh.clone());
+/// The fields of a form in order, first value of each name; `None` when a
+/// name repeats (RFC 6749 §3.1 and §3.2: parameters must not be sent more
+/// than once).
+fn single_fields(body: &[u8]) -> Option<HashMap<String, String>> {
+    let mut fields = HashMap::new();
+    for (name, value) in form_fields(body) {
+        if fields.insert(name, value).is_some() {
+            return None;
         }
-        lock(&shared.issued).push((access, refresh));
-        Some(body.to_string().into_bytes())
+    }
+    Some(fields)
+}
+
+/// `GET /auth/authorize` (`AUTH.md` §4, RFC 6749 §4.1.1, RFC 7636 §4.3):
+/// the user approves at once, as a platform does for a user who is logged
+/// in; the answer is the redirect to the shim's callback with a fresh code
+/// and the state, or with an `error` for a bad request. An unknown client
+/// or redirect URI gets a page and no redirect (RFC 6749 §4.1.2.1): the
+/// browser must never be sent somewhere unregistered.
+fn authorize(request: &RecordedRequest, shared: &Shared) -> Answer {
+    let Some(params) = single_fields(request.query().as_bytes()) else {
+        return Answer::page(400, "The authorization request repeats a parameter.");
     };
-    let server_error = || Answer::Plain {
-        status: 500,
-        content_type: "application/json",
-        body: br#"{"error":"server_error"}"#.to_vec(),
+    let param = |name: &str| params.get(name).map(String::as_str).unwrap_or_default();
+    if param("client_id") != CLIENT_ID {
+        return Answer::page(400, "The authorization request names an unknown client.");
+    }
+    let redirect_uri = param("redirect_uri");
+    if !is_registered_redirect(redirect_uri) {
+        return Answer::page(
+            400,
+            "The authorization request names a redirect URI that is not registered.",
+        );
+    }
+    let state = params.get("state").filter(|state| !state.is_empty());
+    let redirect = |fields: &[(&str, &str)]| -> Answer {
+        let mut all: Vec<(&str, &str)> = fields.to_vec();
+        if let Some(state) = state {
+            all.push(("state", state));
+        }
+        let query: Vec<String> = all
+            .iter()
+            .map(|(name, value)| format!("{}={}", form_encode(name), form_encode(value)))
+            .collect();
+        let location = format!("{redirect_uri}?{}", query.join("&"));
+        let body = page(&format!(
+            "Authorized. Returning to autogpt-shim: <a href=\"{}\">continue</a>.",
+            location.replace('&', "&amp;").replace('"', "&quot;")
+        ));
+        Answer::Plain {
+            status: 302,
+            content_type: "text/html; charset=utf-8",
+            location: Some(location),
+            body: body.into_bytes(),
+        }
     };
-    match behaviour {
-        TokenBehaviour::Issue | TokenBehaviour::IssueWithoutRefresh => {
-            match issue(behaviour == TokenBehaviour::Issue) {
-                Some(body) => Answer::Plain {
-                    status: 200,
-                    content_type: "application/json",
-                    body,
-                },
-                None => server_error(),
+    if param("response_type") != "code" {
+        return redirect(&[("error", "unsupported_response_type")]);
+    }
+    let challenge = param("code_challenge");
+    if param("code_challenge_method") != "S256" || !is_challenge(challenge) {
+        return redirect(&[
+            ("error", "invalid_request"),
+            (
+                "error_description",
+                "a code_challenge of 43 base64url characters with method S256 is required",
+            ),
+        ]);
+    }
+    if param("scope") != SCOPE {
+        return redirect(&[("error", "invalid_scope")]);
+    }
+    let Ok(code) = random_token("ac-") else {
+        return redirect(&[("error", "server_error")]);
+    };
+    lock(&shared.ledger).codes.insert(
+        code.clone(),
+        Authorization {
+            client_id: CLIENT_ID.to_owned(),
+            redirect_uri: redirect_uri.to_owned(),
+            challenge: challenge.to_owned(),
+            issued: Instant::now(),
+        },
+    );
+    redirect(&[("code", &code)])
+}
+
+/// `http://localhost:PORT/callback`, the form of the redirect URIs the
+/// platform registers (`AUTH.md` §2). Any port is taken, so tests can use
+/// ports of their own; the platform itself registers 41899–41910.
+fn is_registered_redirect(uri: &str) -> bool {
+    uri.strip_prefix("http://localhost:")
+        .and_then(|rest| rest.strip_suffix("/callback"))
+        .is_some_and(|port| {
+            !port.is_empty()
+                && port.len() <= 5
+                && port.bytes().all(|byte| byte.is_ascii_digit())
+                && port.parse::<u16>().is_ok_and(|port| port > 0)
+        })
+}
+
+/// 43 base64url characters: an encoded SHA-256 (RFC 7636 §4.2).
+fn is_challenge(text: &str) -> bool {
+    text.len() == 43 && text.bytes().all(is_base64url)
+}
+
+fn is_base64url(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'
+}
+
+/// A `code_verifier` as RFC 7636 §4.1 allows it: 43–128 unreserved
+/// characters.
+fn is_verifier(text: &str) -> bool {
+    (43..=128).contains(&text.len())
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"-._~".contains(&byte))
+}
+
+/// base64url-without-padding(SHA-256(verifier)), RFC 7636 §4.2.
+fn s256(verifier: &str) -> String {
+    URL_SAFE_NO_PAD.encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        verifier.as_bytes(),
+    ))
+}
+
+/// Why the token endpoint refuses a grant: status, OAuth error, description.
+type Refusal = (u16, &'static str, &'static str);
+
+/// Judges the grant of a token request under `shared.grants`; the grant id
+/// to issue under, and the refresh token the answer replaces (rotation).
+fn judge_grant(
+    request: &RecordedRequest,
+    shared: &Shared,
+) -> Result<(u64, Option<String>), Refusal> {
+    let lenient = shared.grants == Grants::Any;
+    let mut ledger = lock(&shared.ledger);
+    let Some(fields) = single_fields(&request.body) else {
+        if lenient {
+            return Ok((ledger.new_grant(), None));
+        }
+        return Err((400, "invalid_request", "a parameter is repeated"));
+    };
+    let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
+    let client_ok = field("client_id") == CLIENT_ID;
+    match field("grant_type") {
+        "authorization_code" => {
+            let code = field("code");
+            // Single use: the code is gone whatever the outcome.
+            let Some(authorization) = ledger.codes.remove(code) else {
+                if lenient {
+                    return Ok((ledger.new_grant(), None));
+                }
+                if !client_ok {
+                    return Err((401, "invalid_client", "unknown client"));
+                }
+                return Err((400, "invalid_grant", "unknown, used or expired code"));
+            };
+            if field("client_id") != authorization.client_id {
+                return Err((
+                    401,
+                    "invalid_client",
+                    "the code was issued to another client",
+                ));
+            }
+            if authorization.issued.elapsed() > CODE_LIFETIME {
+                return Err((400, "invalid_grant", "unknown, used or expired code"));
+            }
+            if field("redirect_uri") != authorization.redirect_uri {
+                return Err((
+                    400,
+                    "invalid_grant",
+                    "redirect_uri differs from the authorization request",
+                ));
+            }
+            let verifier = field("code_verifier");
+            if !is_verifier(verifier) || s256(verifier) != authorization.challenge {
+                return Err((
+                    400,
+                    "invalid_grant",
+                    "code_verifier does not match the code_challenge",
+                ));
+            }
+            Ok((ledger.new_grant(), None))
+        }
+        "refresh_token" => {
+            let token = field("refresh_token");
+            match ledger.refresh.get(token).copied() {
+                Some(grant) if client_ok => Ok((grant, Some(token.to_owned()))),
+                Some(_) => Err((401, "invalid_client", "unknown client")),
+                None if lenient => Ok((ledger.new_grant(), None)),
+                None if !client_ok => Err((401, "invalid_client", "unknown client")),
+                None => Err((
+                    400,
+                    "invalid_grant",
+                    "unknown, rotated or revoked refresh token",
+                )),
             }
         }
-        TokenBehaviour::Chunked => match issue(true) {
-            Some(body) => Answer::Chunked {
+        _ if lenient => Ok((ledger.new_grant(), None)),
+        _ => Err((
+            400,
+            "unsupported_grant_type",
+            "grant_type must be authorization_code or refresh_token",
+        )),
+    }
+}
+
+fn token_answer(request: &RecordedRequest, behaviour: TokenBehaviour, shared: &Shared) -> Answer {
+    let with_refresh = match behaviour {
+        TokenBehaviour::Issue | TokenBehaviour::Chunked => true,
+        TokenBehaviour::IssueWithoutRefresh => false,
+        TokenBehaviour::Status(status, body) => {
+            return Answer::Plain {
+                status,
+                content_type: if serde_json::from_str::<Value>(&body).is_ok() {
+                    "application/json"
+                } else {
+                    "text/plain; charset=utf-8"
+                },
+                location: None,
+                body: body.into_bytes(),
+            };
+        }
+        TokenBehaviour::Body(body) => {
+            return Answer::Plain {
+                status: 200,
                 content_type: "application/json",
-                body,
-            },
-            None => server_error(),
-        },
-        TokenBehaviour::Status(status, body) => Answer::Plain {
-            status,
-            content_type: if serde_json::from_str::<Value>(&body).is_ok() {
-                "application/json"
-            } else {
-                "text/plain; charset=utf-8"
-            },
-            body: body.into_bytes(),
-        },
-        TokenBehaviour::Body(body) => Answer::Plain {
-            status: 200,
+                location: None,
+                body: body.into_bytes(),
+            };
+        }
+        TokenBehaviour::Hang(duration) => return Answer::Hang(duration),
+        TokenBehaviour::DropConnection => return Answer::Drop,
+    };
+    let (grant, replaced) = match judge_grant(request, shared) {
+        Ok(judged) => judged,
+        Err((status, error, description)) => {
+            return Answer::oauth_error(status, error, description);
+        }
+    };
+    let Some(body) = issue(grant, replaced.as_deref(), with_refresh, shared) else {
+        return Answer::server_error();
+    };
+    if behaviour == TokenBehaviour::Chunked {
+        Answer::Chunked {
             content_type: "application/json",
-            body: body.into_bytes(),
-        },
-        TokenBehaviour::Hang(duration) => Answer::Hang(duration),
-        TokenBehaviour::DropConnection => Answer::Drop,
+            body: body.to_string().into_bytes(),
+        }
+    } else {
+        Answer::json(200, &body)
+    }
+}
+
+/// Issues an access token (and a refresh token when `with_refresh`, which
+/// replaces `replaced`) under `grant`; the answer's JSON. `None` without a
+/// random source.
+fn issue(grant: u64, replaced: Option<&str>, with_refresh: bool, shared: &Shared) -> Option<Value> {
+    let access = random_token("at-").ok()?;
+    let refresh = if with_refresh {
+        random_token("rt-").ok()?
+    } else {
+        String::new()
+    };
+    let mut body = json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": EXPIRES_IN,
+        "scope": SCOPE,
+    });
+    let mut ledger = lock(&shared.ledger);
+    ledger.access.insert(access.clone(), grant);
+    if with_refresh {
+        body["refresh_token"] = Value::String(refresh.clone());
+        if let Some(old) = replaced {
+            ledger.refresh.remove(old);
+        }
+        ledger.refresh.insert(refresh.clone(), grant);
+    }
+    drop(ledger);
+    lock(&shared.issued).push((access, refresh));
+    Some(body)
+}
+
+/// `POST /api/oauth/revoke` (`AUTH.md` §11, RFC 7009): a JSON body as the
+/// shim sends it, or a form as RFC 7009 describes. An access token is
+/// revoked alone; a refresh token takes every token of its grant with it.
+/// Unknown tokens are answered 200 like known ones (RFC 7009 §2.2).
+fn revoke(request: &RecordedRequest, shared: &Shared) -> Answer {
+    let token = match request.json() {
+        Some(Value::Object(members)) => members
+            .get("token")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => form_fields(&request.body)
+            .into_iter()
+            .find(|(name, _)| name == "token")
+            .map(|(_, value)| value),
+    };
+    match token.filter(|token| !token.is_empty()) {
+        Some(token) => {
+            let mut ledger = lock(&shared.ledger);
+            if let Some(grant) = ledger.refresh.get(&token).copied() {
+                ledger.refresh.retain(|_, owner| *owner != grant);
+                ledger.access.retain(|_, owner| *owner != grant);
+            } else {
+                ledger.access.remove(&token);
+            }
+        }
+        None if shared.grants == Grants::Issued => {
+            return Answer::oauth_error(400, "invalid_request", "no token to revoke");
+        }
+        None => {}
+    }
+    Answer::Plain {
+        status: 200,
+        content_type: "application/json",
+        location: None,
+        body: Vec::new(),
     }
 }
 
@@ -449,107 +881,6 @@ fn random_token(prefix: &str) -> io::Result<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|error| io::Error::other(error.to_string()))?;
     Ok(format!("{prefix}{}", wire::hex_lower(&bytes)))
-}
-
-fn read_request(reader: &mut HttpReader, write_half: &TcpStream) -> Result<RecordedRequest, Fault> {
-    let head = reader.read_head(MAX_HEAD_BYTES)?;
-    let head = parse_head(&head)?;
-    let mut parts = head.start.split(' ');
-    let (Some(method), Some(path), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Fault::Malformed("request line"));
-    };
-    if method.is_empty() || path.is_empty() || !version.starts_with("HTTP/1.") {
-        return Err(Fault::Malformed("request line"));
-    }
-    let framing = body_framing(&head.headers)?;
-    let continues = header_value(&head.headers, "expect")
-        .is_some_and(|value| value.eq_ignore_ascii_case("100-continue"));
-    if continues && framing != Framing::Length(0) {
-        let mut out = write_half;
-        out.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-            .map_err(Fault::Io)?;
-    }
-    let body = match framing {
-        Framing::Length(length) if length > MAX_BODY_BYTES => return Err(Fault::BodyTooLarge),
-        Framing::Length(length) => reader.take(length)?,
-        Framing::Chunked => reader.read_chunked(MAX_BODY_BYTES)?,
-        // A request without framing has no body (RFC 9112 §6.3).
-        Framing::UntilClose => Vec::new(),
-    };
-    Ok(RecordedRequest {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        headers: head.headers,
-        body,
-    })
-}
-
-fn write_plain(
-    mut out: &TcpStream,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-) -> io::Result<()> {
-    // A status HTTP cannot carry as three digits becomes 500.
-    let status = if (100..=999).contains(&status) {
-        status
-    } else {
-        500
-    };
-    // These statuses have no body and no Content-Length (RFC 9110 §8.6).
-    let bodiless = status < 200 || status == 204 || status == 304;
-    let mut message = format!("HTTP/1.1 {status} {}\r\n", reason(status));
-    if !bodiless {
-        message.push_str(&format!(
-            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    message.push_str("Cache-Control: no-store\r\nConnection: close\r\n\r\n");
-    let mut bytes = message.into_bytes();
-    if !bodiless {
-        bytes.extend_from_slice(body);
-    }
-    out.write_all(&bytes)?;
-    out.flush()
-}
-
-fn write_chunked(mut out: &TcpStream, content_type: &str, body: &[u8]) -> io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\
-         Cache-Control: no-store\r\nConnection: close\r\n\r\n"
-    );
-    out.write_all(head.as_bytes())?;
-    out.flush()?;
-    // Small chunks of varying size, each its own write, so a client meets
-    // sizes of one and two hex digits and chunks split across reads.
-    let sizes = [1usize, 7, 16, 31];
-    let mut rest = body;
-    let mut turn = 0;
-    while !rest.is_empty() {
-        let size = sizes[turn % sizes.len()].min(rest.len());
-        let (chunk, tail) = rest.split_at(size);
-        let mut bytes = format!("{size:X}\r\n").into_bytes();
-        bytes.extend_from_slice(chunk);
-        bytes.extend_from_slice(b"\r\n");
-        out.write_all(&bytes)?;
-        out.flush()?;
-        rest = tail;
-        turn += 1;
-    }
-    out.write_all(b"0\r\n\r\n")?;
-    out.flush()
-}
-
-/// Ends the server's side of a connection gracefully: sends FIN, then reads
-/// (and discards) briefly whatever the client still sends, so unread bytes
-/// do not turn the close into a reset that could destroy the answer in
-/// flight.
-fn finish(out: &TcpStream, reader: &mut HttpReader) {
-    let _ = out.shutdown(Shutdown::Write);
-    reader.drain(Duration::from_millis(200), 64 * 1024);
 }
 
 /// Sleeps for `duration`, waking early when the emulator stops.
@@ -564,38 +895,22 @@ fn hang(duration: Duration, stop: &AtomicBool) {
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        301 => "Moved Permanently",
-        302 => "Found",
-        304 => "Not Modified",
-        307 => "Temporary Redirect",
-        308 => "Permanent Redirect",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Status",
+/// The form encoding of the shim's authorize URL (`AUTH.md` §4): every
+/// byte outside `A–Z a–z 0–9 _ . - ~` as `%XX` in uppercase hex, space as
+/// `+`.
+pub fn form_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'~' => {
+                out.push(char::from(byte));
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
     }
+    out
 }
-
-// ---------------------------------------------------------------------------
-// Bodies
 
 /// Decodes an `application/x-www-form-urlencoded` body into its fields, in
 /// order: pairs are separated by `&` (empty pairs are skipped), a pair
@@ -708,541 +1023,6 @@ fn next_json(text: &str, at: usize) -> Option<(Value, usize)> {
     Some((value, at + values.byte_offset()))
 }
 
-// ---------------------------------------------------------------------------
-// The browser
-
-/// One HTTP response as [`http_request`] read it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HttpResponse {
-    /// The status code.
-    pub status: u16,
-    /// Every header in order, names lower-cased.
-    pub headers: Vec<(String, String)>,
-    /// The body, de-chunked if it was sent chunked.
-    pub body: Vec<u8>,
-}
-
-impl HttpResponse {
-    /// The value of the first header called `name` (any case).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        header_value(&self.headers, name)
-    }
-
-    /// The body as text (invalid UTF-8 becomes U+FFFD).
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// The browser following the platform's redirect to the shim's callback:
-/// `GET` of an `http://localhost:PORT/…` or `http://127.0.0.1:PORT/…` URL
-/// (`localhost` is resolved to 127.0.0.1) with the headers a browser sends
-/// and `Connection: close`. Returns the status and the body as text.
-/// `timeout` bounds the whole exchange.
-pub fn visit(url: &str, timeout: Duration) -> io::Result<(u16, String)> {
-    let headers = [
-        (
-            "User-Agent",
-            "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
-        ),
-        (
-            "Accept",
-            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
-        ),
-        ("Accept-Language", "en-US,en;q=0.5"),
-        ("Accept-Encoding", "gzip, deflate, br, zstd"),
-        ("Upgrade-Insecure-Requests", "1"),
-        ("Sec-Fetch-Dest", "document"),
-        ("Sec-Fetch-Mode", "navigate"),
-        ("Sec-Fetch-Site", "cross-site"),
-        ("Sec-Fetch-User", "?1"),
-        ("Priority", "u=0, i"),
-    ];
-    let response = http_request("GET", url, &headers, &[], timeout)?;
-    // The browser advertised compression; a compressed page cannot be shown
-    // as text here, and the callback's fixed pages have no reason to be.
-    if let Some(coding) = response.header("content-encoding") {
-        if !coding.eq_ignore_ascii_case("identity") {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the page came with Content-Encoding {coding}"),
-            ));
-        }
-    }
-    Ok((response.status, response.text()))
-}
-
-/// One HTTP/1.1 request over plain TCP to a loopback `http://` URL (host
-/// `localhost`, `127.x.x.x` or `[::1]`; `localhost` is resolved to
-/// 127.0.0.1), then the response read to its end. Sends `Host`, the given
-/// `headers`, `Content-Length` when there is a body or the method is `POST`
-/// or `PUT`, and `Connection: close`. Interim 1xx responses are skipped. The
-/// response body is framed by chunked encoding, `Content-Length`, or the
-/// end of the connection, and bounded by [`MAX_BODY_BYTES`]. `timeout`
-/// bounds the whole exchange, connecting included.
-pub fn http_request(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-    timeout: Duration,
-) -> io::Result<HttpResponse> {
-    let deadline = Instant::now() + timeout;
-    let target = parse_url(url)?;
-    let tcp = TcpStream::connect_timeout(&target.addr, remaining(deadline)?)?;
-    let _ = tcp.set_nodelay(true);
-    tcp.set_write_timeout(Some(remaining(deadline)?))?;
-
-    let mut request = format!(
-        "{method} {} HTTP/1.1\r\nHost: {}\r\n",
-        target.path, target.host
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !body.is_empty() || method == "POST" || method == "PUT" {
-        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    request.push_str("Connection: close\r\n\r\n");
-    let mut bytes = request.into_bytes();
-    bytes.extend_from_slice(body);
-    (&tcp).write_all(&bytes)?;
-    (&tcp).flush()?;
-
-    let mut reader = HttpReader::new(tcp, deadline);
-    loop {
-        let head = reader
-            .read_head(MAX_HEAD_BYTES)
-            .and_then(|head| parse_head(&head))
-            .map_err(Fault::into_io)?;
-        let status = parse_status_line(&head.start)?;
-        if (100..200).contains(&status) {
-            continue;
-        }
-        let bodiless = method.eq_ignore_ascii_case("HEAD") || status == 204 || status == 304;
-        let body = if bodiless {
-            Vec::new()
-        } else {
-            match body_framing(&head.headers).map_err(Fault::into_io)? {
-                Framing::Length(length) if length > MAX_BODY_BYTES => {
-                    return Err(Fault::BodyTooLarge.into_io());
-                }
-                Framing::Length(length) => reader.take(length),
-                Framing::Chunked => reader.read_chunked(MAX_BODY_BYTES),
-                Framing::UntilClose => reader.read_to_close(MAX_BODY_BYTES),
-            }
-            .map_err(Fault::into_io)?
-        };
-        return Ok(HttpResponse {
-            status,
-            headers: head.headers,
-            body,
-        });
-    }
-}
-
-/// Where an [`http_request`] goes.
-struct Target {
-    addr: SocketAddr,
-    /// The authority as written in the URL, for the `Host` header.
-    host: String,
-    /// Path and query; the fragment is dropped, as a browser does.
-    path: String,
-}
-
-fn parse_url(url: &str) -> io::Result<Target> {
-    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{why}: {url}"));
-    let scheme_end = url.find("://").ok_or_else(|| invalid("not a URL"))?;
-    if !url[..scheme_end].eq_ignore_ascii_case("http") {
-        return Err(invalid("only http:// URLs are supported"));
-    }
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let mut path = rest[authority_end..].to_owned();
-    if let Some(hash) = path.find('#') {
-        path.truncate(hash);
-    }
-    if !path.starts_with('/') {
-        path.insert(0, '/');
-    }
-    if authority.contains('@') {
-        return Err(invalid("credentials in the URL are not supported"));
-    }
-    let (host, port) = match authority.rfind(':') {
-        Some(colon) if !authority[colon..].contains(']') => {
-            let port = authority[colon + 1..]
-                .parse::<u16>()
-                .map_err(|_| invalid("bad port"))?;
-            (&authority[..colon], port)
-        }
-        _ => (authority, 80),
-    };
-    let ip: std::net::IpAddr = if host.eq_ignore_ascii_case("localhost") {
-        Ipv4Addr::LOCALHOST.into()
-    } else if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        inner.parse().map_err(|_| invalid("bad host"))?
-    } else {
-        host.parse::<Ipv4Addr>()
-            .map_err(|_| invalid("bad host"))?
-            .into()
-    };
-    if !ip.is_loopback() {
-        return Err(invalid("only loopback hosts are visited"));
-    }
-    Ok(Target {
-        addr: SocketAddr::new(ip, port),
-        host: authority.to_owned(),
-        path,
-    })
-}
-
-fn parse_status_line(line: &str) -> io::Result<u16> {
-    let bad = || {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("bad status line: {line}"),
-        )
-    };
-    let mut parts = line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    let code = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") || code.len() != 3 {
-        return Err(bad());
-    }
-    code.parse::<u16>().map_err(|_| bad())
-}
-
-fn remaining(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
-    } else {
-        Ok(left)
-    }
-}
-
-// ---------------------------------------------------------------------------
-// HTTP/1.1 reading, shared by the server and the browser
-
-/// Why reading or parsing a message failed.
-#[derive(Debug)]
-enum Fault {
-    /// The peer closed before sending anything.
-    Closed,
-    /// The connection failed or timed out, or closed mid-message.
-    Io(io::Error),
-    /// The message is not HTTP/1.1 as understood here.
-    Malformed(&'static str),
-    /// The head exceeded its bound.
-    HeadTooLarge,
-    /// The body exceeded its bound.
-    BodyTooLarge,
-}
-
-impl Fault {
-    /// The status a server answers this fault with.
-    fn status(&self) -> u16 {
-        match self {
-            Fault::HeadTooLarge => 431,
-            Fault::BodyTooLarge => 413,
-            _ => 400,
-        }
-    }
-
-    fn into_io(self) -> io::Error {
-        match self {
-            Fault::Closed => io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the connection closed before any response",
-            ),
-            Fault::Io(error) => error,
-            Fault::Malformed(what) => {
-                io::Error::new(io::ErrorKind::InvalidData, format!("malformed {what}"))
-            }
-            Fault::HeadTooLarge => io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("head larger than {MAX_HEAD_BYTES} bytes"),
-            ),
-            Fault::BodyTooLarge => io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("body larger than {MAX_BODY_BYTES} bytes"),
-            ),
-        }
-    }
-}
-
-/// A parsed message head.
-struct Head {
-    /// The request line or status line.
-    start: String,
-    /// The headers, names lower-cased, values trimmed.
-    headers: Vec<(String, String)>,
-}
-
-/// How a message's body is delimited.
-#[derive(Debug, PartialEq, Eq)]
-enum Framing {
-    Length(usize),
-    Chunked,
-    UntilClose,
-}
-
-fn parse_head(bytes: &[u8]) -> Result<Head, Fault> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut lines = text.split("\r\n").filter(|line| !line.is_empty());
-    let start = lines
-        .next()
-        .ok_or(Fault::Malformed("start line"))?
-        .to_owned();
-    let mut headers = Vec::new();
-    for line in lines {
-        if line.starts_with([' ', '\t']) {
-            // Obsolete line folding (RFC 9112 §5.2).
-            return Err(Fault::Malformed("header folding"));
-        }
-        let (name, value) = line.split_once(':').ok_or(Fault::Malformed("header"))?;
-        if name.is_empty() || name.contains([' ', '\t']) {
-            return Err(Fault::Malformed("header name"));
-        }
-        headers.push((
-            name.to_ascii_lowercase(),
-            value.trim_matches([' ', '\t']).to_owned(),
-        ));
-    }
-    Ok(Head { start, headers })
-}
-
-fn header_value<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(key, _)| key.eq_ignore_ascii_case(name))
-        .map(|(_, value)| value.as_str())
-}
-
-/// The body framing of a message (RFC 9112 §6.3), strictly: both
-/// `Transfer-Encoding` and `Content-Length`, a transfer coding other than a
-/// final `chunked`, or disagreeing lengths are malformed.
-fn body_framing(headers: &[(String, String)]) -> Result<Framing, Fault> {
-    let codings: Vec<&str> = headers
-        .iter()
-        .filter(|(name, _)| name == "transfer-encoding")
-        .flat_map(|(_, value)| value.split(','))
-        .map(str::trim)
-        .filter(|coding| !coding.is_empty())
-        .collect();
-    let lengths: Vec<&str> = headers
-        .iter()
-        .filter(|(name, _)| name == "content-length")
-        .flat_map(|(_, value)| value.split(','))
-        .map(str::trim)
-        .collect();
-    if !codings.is_empty() {
-        if !lengths.is_empty() {
-            return Err(Fault::Malformed(
-                "both Transfer-Encoding and Content-Length",
-            ));
-        }
-        return match codings.last() {
-            Some(last) if last.eq_ignore_ascii_case("chunked") && codings.len() == 1 => {
-                Ok(Framing::Chunked)
-            }
-            _ => Err(Fault::Malformed("transfer coding")),
-        };
-    }
-    let Some(first) = lengths.first() else {
-        return Ok(Framing::UntilClose);
-    };
-    if lengths.iter().any(|length| length != first)
-        || first.is_empty()
-        || !first.bytes().all(|byte| byte.is_ascii_digit())
-    {
-        return Err(Fault::Malformed("Content-Length"));
-    }
-    // A length too large for usize is certainly too large to read.
-    first
-        .parse::<usize>()
-        .map(Framing::Length)
-        .map_err(|_| Fault::BodyTooLarge)
-}
-
-/// Buffered reading of one HTTP message from a TCP stream, every read
-/// bounded by one overall deadline.
-struct HttpReader {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    deadline: Instant,
-}
-
-impl HttpReader {
-    fn new(stream: TcpStream, deadline: Instant) -> Self {
-        HttpReader {
-            stream,
-            buf: Vec::new(),
-            deadline,
-        }
-    }
-
-    /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
-    fn fill(&mut self) -> Result<usize, Fault> {
-        let left = remaining(self.deadline).map_err(Fault::Io)?;
-        self.stream
-            .set_read_timeout(Some(left))
-            .map_err(Fault::Io)?;
-        let mut chunk = [0u8; 8192];
-        loop {
-            match self.stream.read(&mut chunk) {
-                Ok(count) => {
-                    self.buf.extend_from_slice(&chunk[..count]);
-                    return Ok(count);
-                }
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                // A socket read timeout shows as WouldBlock on some systems.
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                    return Err(Fault::Io(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "timed out",
-                    )));
-                }
-                Err(error) => return Err(Fault::Io(error)),
-            }
-        }
-    }
-
-    fn fill_or_eof(&mut self) -> Result<(), Fault> {
-        if self.fill()? == 0 {
-            return Err(Fault::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the connection closed mid-message",
-            )));
-        }
-        Ok(())
-    }
-
-    /// The head up to and including its blank line, at most `limit` bytes.
-    fn read_head(&mut self, limit: usize) -> Result<Vec<u8>, Fault> {
-        let mut searched: usize = 0;
-        loop {
-            let from = searched.saturating_sub(3);
-            if let Some(at) = find(&self.buf[from..], b"\r\n\r\n") {
-                let end = from + at + 4;
-                if end > limit {
-                    return Err(Fault::HeadTooLarge);
-                }
-                return Ok(self.buf.drain(..end).collect());
-            }
-            if self.buf.len() > limit {
-                return Err(Fault::HeadTooLarge);
-            }
-            searched = self.buf.len();
-            if self.fill()? == 0 {
-                return Err(if self.buf.is_empty() {
-                    Fault::Closed
-                } else {
-                    Fault::Malformed("head cut short")
-                });
-            }
-        }
-    }
-
-    /// Exactly `count` bytes.
-    fn take(&mut self, count: usize) -> Result<Vec<u8>, Fault> {
-        while self.buf.len() < count {
-            self.fill_or_eof()?;
-        }
-        Ok(self.buf.drain(..count).collect())
-    }
-
-    /// One line without its line ending (CRLF, or a bare LF), at most
-    /// `limit` bytes.
-    fn read_line(&mut self, limit: usize) -> Result<Vec<u8>, Fault> {
-        let mut searched: usize = 0;
-        loop {
-            if let Some(at) = self.buf[searched..].iter().position(|&byte| byte == b'\n') {
-                let end = searched + at;
-                let mut line: Vec<u8> = self.buf.drain(..=end).collect();
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                return Ok(line);
-            }
-            if self.buf.len() > limit {
-                return Err(Fault::Malformed("line too long"));
-            }
-            searched = self.buf.len();
-            self.fill_or_eof()?;
-        }
-    }
-
-    /// A chunked body (RFC 9112 §7.1), extensions and trailers ignored, at
-    /// most `limit` bytes of data.
-    fn read_chunked(&mut self, limit: usize) -> Result<Vec<u8>, Fault> {
-        let mut body = Vec::new();
-        loop {
-            let line = self.read_line(1024)?;
-            let line = String::from_utf8_lossy(&line);
-            let size = line.split(';').next().unwrap_or_default().trim();
-            if size.is_empty() || !size.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-                return Err(Fault::Malformed("chunk size"));
-            }
-            let size = usize::from_str_radix(size, 16).map_err(|_| Fault::BodyTooLarge)?;
-            if size == 0 {
-                break;
-            }
-            if size > limit.saturating_sub(body.len()) {
-                return Err(Fault::BodyTooLarge);
-            }
-            body.extend(self.take(size)?);
-            if !self.read_line(2)?.is_empty() {
-                return Err(Fault::Malformed("chunk end"));
-            }
-        }
-        // Trailer fields, up to the blank line.
-        let mut trailer_bytes = 0;
-        loop {
-            let line = self.read_line(MAX_HEAD_BYTES)?;
-            if line.is_empty() {
-                return Ok(body);
-            }
-            trailer_bytes += line.len();
-            if trailer_bytes > MAX_HEAD_BYTES {
-                return Err(Fault::HeadTooLarge);
-            }
-        }
-    }
-
-    /// Everything up to the end of the stream, at most `limit` bytes.
-    fn read_to_close(&mut self, limit: usize) -> Result<Vec<u8>, Fault> {
-        while self.fill()? > 0 {
-            if self.buf.len() > limit {
-                return Err(Fault::BodyTooLarge);
-            }
-        }
-        Ok(std::mem::take(&mut self.buf))
-    }
-
-    /// Reads and discards for at most `wait` or `limit` bytes, or until the
-    /// stream ends.
-    fn drain(&mut self, wait: Duration, limit: usize) {
-        self.deadline = self.deadline.min(Instant::now() + wait);
-        let mut total = 0;
-        while total < limit {
-            self.buf.clear();
-            match self.fill() {
-                Ok(0) | Err(_) => return,
-                Ok(count) => total += count,
-            }
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1306,49 +1086,46 @@ mod tests {
     }
 
     #[test]
-    fn framing_is_strict() {
-        let headers = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-                .collect()
-        };
+    fn s256_matches_the_rfc_7636_vector() {
         assert_eq!(
-            body_framing(&headers(&[("content-length", "12")])).ok(),
-            Some(Framing::Length(12))
+            s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
-        assert_eq!(
-            body_framing(&headers(&[("transfer-encoding", "chunked")])).ok(),
-            Some(Framing::Chunked)
-        );
-        assert_eq!(body_framing(&[]).ok(), Some(Framing::UntilClose));
+        assert!(is_challenge("E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"));
+        assert!(!is_challenge("E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-c"));
+        assert!(!is_challenge("E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw+cM"));
+        assert!(is_verifier("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"));
+        assert!(!is_verifier("short"));
+        assert!(!is_verifier(&"a".repeat(129)));
+        assert!(!is_verifier(&format!("{}/", "a".repeat(50))));
+    }
+
+    #[test]
+    fn only_localhost_callback_uris_are_registered() {
+        assert!(is_registered_redirect("http://localhost:41899/callback"));
+        assert!(is_registered_redirect("http://localhost:43012/callback"));
         for bad in [
-            vec![("content-length", "1"), ("content-length", "2")],
-            vec![("content-length", "-1")],
-            vec![("content-length", "1"), ("transfer-encoding", "chunked")],
-            vec![("transfer-encoding", "gzip")],
+            "http://127.0.0.1:41899/callback",
+            "https://localhost:41899/callback",
+            "http://localhost:41899/callback/",
+            "http://localhost:41899/callback?x=1",
+            "http://localhost:/callback",
+            "http://localhost:0/callback",
+            "http://localhost:70000/callback",
+            "http://localhost:4189a/callback",
+            "http://localhost.evil:41899/callback",
         ] {
-            assert!(body_framing(&headers(&bad)).is_err(), "{bad:?}");
+            assert!(!is_registered_redirect(bad), "{bad}");
         }
     }
 
     #[test]
-    fn urls_must_be_loopback_http() {
-        let target = parse_url("http://localhost:41899/callback?code=c&state=s#frag");
-        let target = target.unwrap_or_else(|error| panic!("{error}"));
+    fn form_encoding_is_the_authorize_urls() {
         assert_eq!(
-            target.addr,
-            SocketAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 41899))
+            form_encode("http://localhost:41899/callback"),
+            "http%3A%2F%2Flocalhost%3A41899%2Fcallback"
         );
-        assert_eq!(target.host, "localhost:41899");
-        assert_eq!(target.path, "/callback?code=c&state=s");
-        let target = parse_url("http://127.0.0.1:9?x=1").unwrap_or_else(|error| panic!("{error}"));
-        assert_eq!(target.path, "/?x=1");
-        assert!(parse_url("http://[::1]:80/").is_ok());
-        assert!(parse_url("https://localhost:1/").is_err());
-        assert!(parse_url("http://example.com:1/").is_err());
-        assert!(parse_url("http://10.0.0.1:1/").is_err());
-        assert!(parse_url("http://user@localhost:1/").is_err());
-        assert!(parse_url("localhost:1/").is_err());
+        assert_eq!(form_encode("a b~c-_."), "a+b~c-_.");
+        assert_eq!(form_encode("Ü"), "%C3%9C");
     }
 }

@@ -4,8 +4,12 @@
 //! Owns everything that happens before a WebSocket exists: which port, which
 //! certificate, what to answer to each upgrade request (a queue of
 //! per-attempt behaviours, so "401, then 101" is scriptable), and whether
-//! the bearer token is the expected one. Upgraded connections are handed to
-//! the test as [`Conn`]s through [`Emulator::accept`].
+//! the bearer token is the expected one — a fixed token, or one the
+//! emulator's own OAuth endpoints issued. Like the platform, one port
+//! serves both: a request for an OAuth endpoint ([`crate::oauth`]) is
+//! answered there, anything else goes to the WebSocket upgrade. Upgraded
+//! connections are handed to the test as [`Conn`]s through
+//! [`Emulator::accept`].
 //!
 //! It listens on 127.0.0.1 only and must never bind another address: the
 //! emulator exists for loopback tests and local development, and a test
@@ -28,7 +32,9 @@ use tungstenite::protocol::WebSocketConfig;
 
 use crate::conn::{Conn, RequestInfo, fail_test};
 use crate::hello::{ConnKind, HELLO_DEADLINE, HelloAck};
+use crate::http::{Fault, HttpReader, MAX_HEAD_BYTES, parse_head};
 use crate::listener::{Acceptor, Record};
+use crate::oauth::{self, Grants, OAuthEndpoints};
 use crate::strict::UnansweredReads;
 use crate::tls::{self, TlsMaterial, TlsVersions};
 use crate::transport::Transport;
@@ -49,8 +55,10 @@ const HAND_OUT_WAIT: Duration = Duration::from_secs(2);
 /// What to answer to one upgrade request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpgradeBehaviour {
-    /// Upgrade (101), unless an expected token is set and the request's
-    /// `Authorization` is not `Bearer <token>`: then 401.
+    /// Upgrade (101), unless a token is required and the request's
+    /// `Authorization` is not `Bearer <token>` for an accepted token (the
+    /// expected one, or one the emulator issued when it requires issued
+    /// tokens): then 401.
     Accept,
     /// Refuse the upgrade with this HTTP status (e.g. 401, 403, 500).
     Status(u16),
@@ -105,8 +113,9 @@ pub struct UpgradeAttempt {
 
 /// How to start an [`Emulator`]. Defaults: TLS (1.3 and 1.2) on an
 /// ephemeral port of 127.0.0.1, path `/ws/local-executor`, CA file in a new
-/// temporary directory, every upgrade accepted, no automatic handshake, the
-/// platform's 10 s HELLO deadline.
+/// temporary directory, every upgrade accepted whatever its token, OAuth
+/// endpoints honouring only the grants they issued ([`Grants::Issued`]),
+/// no automatic handshake, the platform's 10 s HELLO deadline.
 #[derive(Debug, Clone, Default)]
 pub struct EmulatorOptions {
     port: u16,
@@ -114,6 +123,8 @@ pub struct EmulatorOptions {
     tls_versions: TlsVersions,
     ca_file: Option<PathBuf>,
     expected_token: Option<String>,
+    require_issued_token: bool,
+    grants: Grants,
     auto_handshake: Option<HelloAck>,
     upgrades: Vec<UpgradeBehaviour>,
     hello_deadline: Option<Duration>,
@@ -162,6 +173,23 @@ impl EmulatorOptions {
         self
     }
 
+    /// Refuses with 401 every accepted upgrade whose `Authorization` is not
+    /// `Bearer <token>` for an access token this emulator's token endpoint
+    /// issued and has not revoked (or the [`EmulatorOptions::expect_token`]
+    /// token, when one is set too): the platform's own check.
+    #[must_use]
+    pub fn require_issued_token(mut self) -> Self {
+        self.require_issued_token = true;
+        self
+    }
+
+    /// Which codes and refresh tokens the OAuth token endpoint honours.
+    #[must_use]
+    pub fn grants(mut self, grants: Grants) -> Self {
+        self.grants = grants;
+        self
+    }
+
     /// Runs HELLO→HELLO_ACK with this ack on every upgraded connection
     /// before handing it to [`Emulator::accept`].
     #[must_use]
@@ -193,6 +221,8 @@ struct Shared {
     serial: AtomicU64,
     upgrades: Mutex<VecDeque<UpgradeBehaviour>>,
     expected_token: Mutex<Option<String>>,
+    require_issued_token: AtomicBool,
+    oauth: OAuthEndpoints,
     auto_handshake: Mutex<Option<HelloAck>>,
     hello_deadline: Duration,
     unanswered: Arc<UnansweredReads>,
@@ -271,11 +301,14 @@ impl Emulator {
             )?)
         };
         let (conn_tx, conns) = crossbeam_channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
-            stop: Arc::new(AtomicBool::new(false)),
+            oauth: OAuthEndpoints::new(options.grants, Arc::clone(&stop)),
+            stop,
             serial: AtomicU64::new(0),
             upgrades: Mutex::new(options.upgrades.into_iter().collect()),
             expected_token: Mutex::new(options.expected_token),
+            require_issued_token: AtomicBool::new(options.require_issued_token),
             auto_handshake: Mutex::new(options.auto_handshake),
             hello_deadline: options.hello_deadline.unwrap_or(HELLO_DEADLINE),
             unanswered: Arc::default(),
@@ -336,6 +369,29 @@ impl Emulator {
         format!("{scheme}://{}", self.addr)
     }
 
+    /// The authorize endpoint the shim derives from
+    /// [`Emulator::platform_url`]: `https://127.0.0.1:PORT/auth/authorize`.
+    pub fn authorize_url(&self) -> String {
+        format!("{}{}", self.platform_url(), oauth::AUTHORIZE_PATH)
+    }
+
+    /// The token endpoint: `https://127.0.0.1:PORT/api/oauth/token`.
+    pub fn token_url(&self) -> String {
+        format!("{}{}", self.platform_url(), oauth::TOKEN_PATH)
+    }
+
+    /// The revoke endpoint: `https://127.0.0.1:PORT/api/oauth/revoke`.
+    pub fn revoke_url(&self) -> String {
+        format!("{}{}", self.platform_url(), oauth::REVOKE_PATH)
+    }
+
+    /// The OAuth endpoints this emulator serves beside the WebSocket: their
+    /// behaviour queues, the requests they received, the tokens they
+    /// issued.
+    pub fn oauth(&self) -> &OAuthEndpoints {
+        &self.shared.oauth
+    }
+
     /// The PEM file holding the CA certificate (`--ca-file`); `None` when
     /// plain.
     pub fn ca_file(&self) -> Option<&Path> {
@@ -369,6 +425,15 @@ impl Emulator {
     /// require.
     pub fn set_expected_token(&self, token: Option<&str>) {
         *lock(&self.shared.expected_token) = token.map(str::to_owned);
+    }
+
+    /// Turns the requirement of an issued access token
+    /// ([`EmulatorOptions::require_issued_token`]) on or off for upgrades
+    /// from now on.
+    pub fn set_require_issued_token(&self, required: bool) {
+        self.shared
+            .require_issued_token
+            .store(required, Ordering::SeqCst);
     }
 
     /// Sets (or with `None` stops) the automatic handshake for connections
@@ -433,7 +498,12 @@ enum Decision {
 
 fn serve(tcp: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let mut seen = Seen::default();
-    let result = upgrade(tcp, peer, shared, &mut seen);
+    let result = match upgrade(tcp, peer, shared, &mut seen) {
+        // An OAuth request, answered: no upgrade was attempted.
+        Ok(None) => return,
+        Ok(Some(conn)) => Ok(conn),
+        Err(outcome) => Err(outcome),
+    };
     let outcome = match &result {
         Ok(_) => AttemptOutcome::Upgraded,
         Err(outcome) => outcome.clone(),
@@ -460,12 +530,14 @@ fn serve(tcp: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let _ = shared.conns.send(conn);
 }
 
+/// The TLS handshake, then either the OAuth answer (`Ok(None)`) or the
+/// WebSocket upgrade (`Ok(Some(conn))`).
 fn upgrade(
     tcp: TcpStream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     seen: &mut Seen,
-) -> Result<Conn, AttemptOutcome> {
+) -> Result<Option<Conn>, AttemptOutcome> {
     let setup = tcp
         .set_nodelay(true)
         .and_then(|()| tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
@@ -480,6 +552,33 @@ fn upgrade(
             Err(error) => return Err(AttemptOutcome::TlsFailed(error.to_string())),
         },
     };
+    // The request head decides where the connection goes. A head that cannot
+    // be read as one is left to the WebSocket handshake, which answers it as
+    // it always did.
+    let mut reader = HttpReader::new(transport, Instant::now() + HANDSHAKE_TIMEOUT);
+    let head = match reader.read_head(MAX_HEAD_BYTES) {
+        Ok(head) => head,
+        Err(Fault::Closed) => {
+            return Err(AttemptOutcome::HandshakeFailed(
+                "the client closed the connection before sending a request".to_owned(),
+            ));
+        }
+        Err(Fault::Io(error)) => return Err(AttemptOutcome::HandshakeFailed(error.to_string())),
+        Err(_) => Vec::new(),
+    };
+    if let Ok(parsed) = parse_head(&head) {
+        if oauth::routes_here(&parsed) {
+            shared.oauth.serve(reader, parsed);
+            return Ok(None);
+        }
+    }
+    let (mut transport, unread) = reader.into_parts();
+    let mut replay = head;
+    replay.extend(unread);
+    transport.replay(replay);
+    if let Err(error) = transport.tcp().set_read_timeout(Some(HANDSHAKE_TIMEOUT)) {
+        return Err(AttemptOutcome::HandshakeFailed(error.to_string()));
+    }
     let mute = transport.mute_switch();
     let config = WebSocketConfig::default()
         .max_message_size(Some(wire::MAX_WEBSOCKET_MESSAGE_BYTES))
@@ -508,15 +607,10 @@ fn upgrade(
             .unwrap_or(UpgradeBehaviour::Accept);
         let decision = match behaviour {
             UpgradeBehaviour::Accept => {
-                let expected = lock(&shared.expected_token).clone();
-                match expected {
-                    Some(token)
-                        if seen.authorization.as_deref()
-                            != Some(format!("Bearer {token}").as_str()) =>
-                    {
-                        Decision::Reject(401, None)
-                    }
-                    _ => Decision::Upgrade,
+                if bearer_accepted(shared, seen.authorization.as_deref()) {
+                    Decision::Upgrade
+                } else {
+                    Decision::Reject(401, None)
                 }
             }
             UpgradeBehaviour::Status(status) => Decision::Reject(status, None),
@@ -569,7 +663,24 @@ fn upgrade(
         .tcp()
         .set_write_timeout(None)
         .and_then(|()| Conn::start(ws, info));
-    upgraded.map_err(|error| AttemptOutcome::HandshakeFailed(error.to_string()))
+    upgraded
+        .map(Some)
+        .map_err(|error| AttemptOutcome::HandshakeFailed(error.to_string()))
+}
+
+/// Whether an upgrade's `Authorization` passes the token checks in force:
+/// none, the expected token, an issued one, or either of the two.
+fn bearer_accepted(shared: &Shared, authorization: Option<&str>) -> bool {
+    let expected = lock(&shared.expected_token).clone();
+    let require_issued = shared.require_issued_token.load(Ordering::SeqCst);
+    if expected.is_none() && !require_issued {
+        return true;
+    }
+    let Some(token) = authorization.and_then(|value| value.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    expected.as_deref() == Some(token)
+        || (require_issued && shared.oauth.access_token_is_live(token))
 }
 
 fn tls_handshake(

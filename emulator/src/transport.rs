@@ -1,7 +1,8 @@
 //! The byte stream under one WebSocket: plain TCP or TLS over TCP.
 //!
 //! Owns reading and writing bytes and reaching the TCP socket underneath
-//! (timeouts, abrupt shutdown). It must never interpret WebSocket frames or
+//! (timeouts, abrupt shutdown), and replaying the bytes the server read
+//! to route a connection. It must never interpret WebSocket frames or
 //! JSON: that is `conn`'s job, through tungstenite.
 
 use std::io::{self, Read, Write};
@@ -77,6 +78,9 @@ pub(crate) struct Transport {
     stream: Stream,
     muted: Arc<AtomicBool>,
     pace: Arc<Mutex<PaceState>>,
+    /// Bytes already read from the stream (the request head the server
+    /// looked at to route the connection), read again before the stream.
+    replay: Vec<u8>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -98,6 +102,7 @@ impl Transport {
             stream: Stream::Plain(tcp),
             muted: Arc::new(AtomicBool::new(false)),
             pace: Arc::default(),
+            replay: Vec::new(),
         }
     }
 
@@ -106,7 +111,15 @@ impl Transport {
             stream: Stream::Tls(Box::new(tls)),
             muted: Arc::new(AtomicBool::new(false)),
             pace: Arc::default(),
+            replay: Vec::new(),
         }
+    }
+
+    /// Makes `bytes` (read from this stream already) the next bytes read,
+    /// ahead of anything still unread in it.
+    pub(crate) fn replay(&mut self, mut bytes: Vec<u8>) {
+        bytes.append(&mut self.replay);
+        self.replay = bytes;
     }
 
     /// The switch that mutes this transport's writes.
@@ -151,6 +164,12 @@ const PACED_NAP: Duration = Duration::from_millis(5);
 
 impl Read for Transport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.replay.is_empty() {
+            let n = buf.len().min(self.replay.len());
+            buf[..n].copy_from_slice(&self.replay[..n]);
+            self.replay.drain(..n);
+            return Ok(n);
+        }
         let now = Instant::now();
         let mut pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
         let len = match pace.allowance(now) {
@@ -194,5 +213,17 @@ impl Write for Transport {
             Stream::Plain(tcp) => tcp.flush(),
             Stream::Tls(tls) => tls.flush(),
         }
+    }
+}
+
+impl crate::http::Socket for Transport {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.tcp().set_read_timeout(timeout)
+    }
+
+    fn end_writes(&mut self) {
+        self.close_notify();
+        // The peer may already be gone; the connection ends either way.
+        let _ = self.tcp().shutdown(Shutdown::Write);
     }
 }

@@ -2,6 +2,10 @@
 //! to 127.0.0.1 only, on the first free port of twelve, serving until a
 //! request to `/callback` settles the flow or the deadline passes.
 //!
+//! The request that brings the code is answered only once the caller knows
+//! whether the code could be exchanged for tokens ([`Page`]), so the
+//! browser never says "complete" for an authorization that failed.
+//!
 //! Every answer is a fixed page that echoes nothing from the request; the
 //! authorization code, the state and the query are never printed or
 //! logged. Other paths get 404 and the listener keeps waiting, so a
@@ -38,6 +42,9 @@ const MAX_HEAD: usize = 8 * 1024;
 
 const PAGE_OK: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>autogpt-shim</title></head><body><p>Authorization complete. You can close this tab and return to the terminal.</p></body></html>";
 const PAGE_FAILED: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>autogpt-shim</title></head><body><p>Authorization failed. Return to the terminal for details.</p></body></html>";
+/// Status of the page for a code that could not be turned into stored
+/// tokens: the browser's request was fine, this machine failed.
+const STATUS_EXCHANGE_FAILED: (u16, &str) = (500, "Internal Server Error");
 const PAGE_NOT_FOUND: &str = "<!doctype html><html><head><meta charset=\"utf-8\"><title>autogpt-shim</title></head><body><p>Not found.</p></body></html>";
 
 /// How the flow ended at the callback.
@@ -53,6 +60,51 @@ pub enum Callback {
     NoCode,
     /// No settling request before the deadline.
     TimedOut,
+}
+
+/// How the flow ended, and for a code, the browser's request still waiting
+/// for its page.
+#[derive(Debug)]
+pub struct Settled {
+    /// How the flow ended.
+    pub callback: Callback,
+    /// For a code that came through the listener: its request, unanswered.
+    pub page: Option<Page>,
+}
+
+/// The browser's request that brought the code, held open until the code
+/// exchange is over. Dropping it unanswered answers "failed".
+#[derive(Debug)]
+pub struct Page {
+    stream: Option<TcpStream>,
+}
+
+impl Page {
+    /// Tells the browser the authorization is complete.
+    pub fn complete(mut self) {
+        if let Some(mut stream) = self.stream.take() {
+            respond(&mut stream, 200, "OK", PAGE_OK);
+        }
+    }
+
+    /// Tells the browser the authorization failed and to look at the
+    /// terminal.
+    pub fn failed(mut self) {
+        self.fail();
+    }
+
+    fn fail(&mut self) {
+        if let Some(mut stream) = self.stream.take() {
+            let (status, reason) = STATUS_EXCHANGE_FAILED;
+            respond(&mut stream, status, reason, PAGE_FAILED);
+        }
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        self.fail();
+    }
 }
 
 /// The bound listener.
@@ -104,7 +156,23 @@ impl Listener {
     }
 
     /// Serves requests until `/callback` settles the flow or `timeout`
-    /// passes; the listener is closed when this returns.
+    /// passes, answering the request that brought a code at once with the
+    /// "complete" page; the listener is closed when this returns.
+    pub fn wait(self, pkce: &Pkce, timeout: Duration) -> Callback {
+        let settled = self.serve(pkce, timeout, &mut |_| None);
+        if let Some(page) = settled.page {
+            page.complete();
+        }
+        settled.callback
+    }
+
+    /// Serves requests until `/callback` settles the flow, `on_turn`
+    /// settles it (a redirect the user pasted, say), or `timeout` passes;
+    /// the listener is closed when this returns. The request that brought
+    /// a code is returned unanswered in [`Settled::page`].
+    ///
+    /// `on_turn` is called with the time left on every turn of the loop, at
+    /// most [`POLL_INTERVAL`] apart while nothing arrives.
     ///
     /// Connections are served side by side without blocking: each has
     /// `HEAD_TIMEOUT` for its whole request head, at most
@@ -112,13 +180,29 @@ impl Listener {
     /// the deadline is checked on every turn, so neither a browser's idle
     /// preconnection nor a local connection trickling bytes can hold the
     /// flow open or delay the real callback.
-    pub fn wait(self, pkce: &Pkce, timeout: Duration) -> Callback {
+    pub fn serve(
+        self,
+        pkce: &Pkce,
+        timeout: Duration,
+        on_turn: &mut dyn FnMut(Duration) -> Option<Callback>,
+    ) -> Settled {
         let deadline = Instant::now() + timeout;
+        let unsettled = |callback| Settled {
+            callback,
+            page: None,
+        };
         if self.listener.set_nonblocking(true).is_err() {
-            return Callback::TimedOut;
+            return unsettled(Callback::TimedOut);
         }
         let mut pending: VecDeque<Pending> = VecDeque::new();
-        while Instant::now() < deadline {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return unsettled(Callback::TimedOut);
+            }
+            if let Some(callback) = on_turn(left) {
+                return unsettled(callback);
+            }
             let mut progressed = false;
             // Bounded, so a flood of connections cannot starve the rest.
             for _ in 0..MAX_PENDING {
@@ -148,8 +232,8 @@ impl Listener {
                     }
                     Poll::Head => {
                         progressed = true;
-                        if let Some(mut done) = pending.remove(index) {
-                            if let Some(settled) = serve(&mut done.stream, &done.head, pkce) {
+                        if let Some(done) = pending.remove(index) {
+                            if let Some(settled) = answer(done.stream, &done.head, pkce) {
                                 return settled;
                             }
                         }
@@ -160,7 +244,6 @@ impl Listener {
                 std::thread::sleep(POLL_INTERVAL);
             }
         }
-        Callback::TimedOut
     }
 }
 
@@ -226,8 +309,10 @@ impl Pending {
     }
 }
 
-/// Answers one complete request head; `Some` when it settled the flow.
-fn serve(stream: &mut TcpStream, head: &[u8], pkce: &Pkce) -> Option<Callback> {
+/// Answers one complete request head; `Some` when it settled the flow. The
+/// request that brings a code is not answered here: it goes back in
+/// [`Settled::page`].
+fn answer(mut stream: TcpStream, head: &[u8], pkce: &Pkce) -> Option<Settled> {
     // The answer is a few hundred bytes to a loopback peer: a short
     // blocking write, bounded so that a peer that reads nothing cannot
     // hold the flow.
@@ -243,29 +328,39 @@ fn serve(stream: &mut TcpStream, head: &[u8], pkce: &Pkce) -> Option<Callback> {
             Zeroizing::new(request.path.unwrap_or("").to_owned()),
         ),
         _ => {
-            respond(stream, 400, "Bad Request", PAGE_FAILED);
+            respond(&mut stream, 400, "Bad Request", PAGE_FAILED);
             return None;
         }
     };
     if method != "GET" {
-        respond(stream, 501, "Not Implemented", PAGE_FAILED);
+        respond(&mut stream, 501, "Not Implemented", PAGE_FAILED);
         return None;
     }
     let (path, query) = target.split_once('?').unwrap_or((target.as_str(), ""));
     if path != "/callback" {
-        respond(stream, 404, "Not Found", PAGE_NOT_FOUND);
+        respond(&mut stream, 404, "Not Found", PAGE_NOT_FOUND);
         return None;
     }
-    let settled = judge(pkce, query);
-    match &settled {
-        Callback::Code(_) => respond(stream, 200, "OK", PAGE_OK),
-        _ => respond(stream, 400, "Bad Request", PAGE_FAILED),
+    let callback = judge(pkce, query);
+    if let Callback::Code(_) = callback {
+        let page = Page {
+            stream: Some(stream),
+        };
+        return Some(Settled {
+            callback,
+            page: Some(page),
+        });
     }
-    Some(settled)
+    respond(&mut stream, 400, "Bad Request", PAGE_FAILED);
+    Some(Settled {
+        callback,
+        page: None,
+    })
 }
 
-/// The checks of the §5 table, in order.
-fn judge(pkce: &Pkce, query: &str) -> Callback {
+/// The checks of the §5 table, in order, on the query of a request to
+/// `/callback` (or of the address the user pasted from the browser).
+pub fn judge(pkce: &Pkce, query: &str) -> Callback {
     let pairs = parse_query(query);
     // First value wins; empty values count as absent.
     let first = |name: &str| {

@@ -5,10 +5,12 @@
 //! * `pkce` — verifier, challenge and state.
 //! * `form` — form encoding of bodies and the authorize URL; query
 //!   decoding of the callback.
-//! * `callback` — the loopback listener the browser returns to.
-//! * `oauth` — the authorize URL and the token and revoke requests.
-//! * `browser` — asking the desktop to open the authorize URL.
-//! * `refresh` — the connections' tokens and the forced refresh after a
+//! * [`callback`] — the loopback listener the browser returns to.
+//! * [`oauth`] — the authorize URL and the token and revoke requests.
+//! * [`browser`] — asking the desktop to open the authorize URL.
+//! * [`paste`] — the redirect address (or code) a user pastes when the
+//!   browser runs on another machine.
+//! * [`refresh`] — the connections' tokens and the forced refresh after a
 //!   401.
 //!
 //! No token, authorization code, verifier, state or passphrase is ever
@@ -19,6 +21,7 @@ pub(crate) mod browser;
 pub(crate) mod callback;
 mod form;
 pub(crate) mod oauth;
+pub(crate) mod paste;
 pub(crate) mod pkce;
 pub(crate) mod refresh;
 

@@ -24,6 +24,7 @@ use lexopt::Arg::{Long, Short, Value};
 use lexopt::Parser;
 
 use super::audit::{self, AuditCommand};
+use super::auth::{self, AuthOptions};
 use super::catalog::{self, CommandSpec, OptionSpec};
 use crate::config::{LogLevel, Overrides};
 
@@ -60,8 +61,8 @@ pub enum Command {
     /// `start`: run the daemon in the foreground (CLI.md §4.2). Its options
     /// are configuration overrides, so it carries nothing of its own.
     Start,
-    /// `auth`: the OAuth flow (CLI.md §4.1).
-    Auth,
+    /// `auth [--no-browser]`: the OAuth flow (CLI.md §4.1).
+    Auth(AuthOptions),
     /// `revoke`: revoke and delete the tokens (CLI.md §4.4).
     Revoke,
     /// `status`: configuration, tokens, daemon and autostart (CLI.md §4.3).
@@ -324,7 +325,7 @@ fn parse_command(
             parse_start(parser, spec, overrides)?;
             Ok(Command::Start)
         }
-        "auth" => no_arguments(parser, spec).map(|()| Command::Auth),
+        "auth" => Ok(Command::Auth(auth::parse(parser, spec)?)),
         "revoke" => no_arguments(parser, spec).map(|()| Command::Revoke),
         "status" => no_arguments(parser, spec).map(|()| Command::Status),
         "install" => {

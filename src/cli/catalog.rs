@@ -211,15 +211,22 @@ pub static COMMAND_TABLE: CommandSpec = CommandSpec {
 const AUTH: CommandSpec = CommandSpec {
     name: "auth",
     summary: "authorize this machine in the browser and store the tokens",
-    options: &[],
+    options: &[OptionSpec {
+        long: "--no-browser",
+        short: None,
+        value: None,
+        help: "open no browser here: open the URL elsewhere and paste the final address back",
+        key: None,
+    }],
     args: &[],
     subcommands: &[],
     examples: &[],
     notes: &[
         "Opens the platform's authorization page (or prints its URL when no browser can be \
-         opened) and waits up to five minutes for the browser to return to 127.0.0.1. The \
+         opened) and waits up to five minutes for the browser to return to 127.0.0.1. On a \
+         remote machine, use --no-browser, or forward the callback port with ssh -L. The \
          tokens go to the OS keychain, or to the encrypted token file when the keychain is \
-         unavailable.",
+         unavailable; on a terminal its passphrase is asked for when none is given.",
     ],
 };
 

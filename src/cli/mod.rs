@@ -38,6 +38,8 @@ use std::process::ExitCode;
 pub use args::{Command, Globals, Parsed, UsageError, parse, parse_globals};
 /// The `audit` subcommands and the options of `audit tail`.
 pub use audit::{AuditCommand, TailOptions};
+/// The options of `auth`.
+pub use auth::AuthOptions;
 /// The command table that the parser, the help and its tests share.
 pub use catalog::{COMMAND_TABLE, CommandSpec};
 
@@ -107,7 +109,7 @@ where
         Ok(Parsed::Run(invocation)) => {
             // Only the commands that give the platform access warn; the
             // others (status, audit, install, …) stay quiet and scriptable.
-            if matches!(invocation.command, Command::Start | Command::Auth) {
+            if matches!(invocation.command, Command::Start | Command::Auth(_)) {
                 print_banner(stderr);
             }
             dispatch(*invocation, stdout, stderr)
@@ -121,7 +123,7 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
     match invocation.command {
         Command::Audit(command) => audit::run(command, &invocation.overrides, stdout, stderr),
         Command::Start => start::run(&invocation.overrides, stdout, stderr),
-        Command::Auth => auth::run(&invocation.overrides, stdout, stderr),
+        Command::Auth(options) => auth::run(&options, &invocation.overrides, stdout, stderr),
         Command::Revoke => revoke::run(&invocation.overrides, stdout, stderr),
         Command::Status => status::run(&invocation.overrides, stdout, stderr),
         Command::Install => install::install(&invocation.overrides, stdout, stderr),

@@ -8,13 +8,15 @@
 //! session the shim uses the encrypted-file store in the temporary home.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use autogpt_shim::secrets::{Passphrase, SecretStore, SecretString, TokenFile};
+use autogpt_shim_emulator::oauth::{form_fields, visit};
 use autogpt_shim_emulator::{Conn, Emulator, EmulatorOptions, HelloAck, OAuthEmulator};
 use serde_json::{Value, json};
 
@@ -596,4 +598,103 @@ pub fn start_blocked_commands(conn: &Conn, root: &Path, count: usize) -> Vec<Str
 pub fn response_within(conn: &Conn, id: &str, within: Duration) -> Value {
     conn.wait_response(id, within)
         .unwrap_or_else(|| panic!("no response to {id} within {within:?}"))
+}
+
+/// A distinct block of twelve callback ports per test, so tests can run
+/// in parallel (and away from the default range a real `auth` may use).
+pub fn port_block() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 43000 + (std::process::id() % 200) as u16 * 100;
+    base + NEXT.fetch_add(12, Ordering::SeqCst)
+}
+
+/// A running `autogpt-shim auth` with the authorize URL it printed.
+pub struct AuthRun {
+    pub shim: Shim,
+    pub url: String,
+    /// Its standard input, when it was started with one to paste into.
+    pub stdin: Option<ChildStdin>,
+}
+
+impl AuthRun {
+    /// `autogpt-shim --platform-url <oauth> auth` with callback ports from
+    /// `first_port`, standard input closed.
+    pub fn start(home: &Home, oauth: &OAuthEmulator, first_port: u16) -> AuthRun {
+        AuthRun::spawn(
+            home,
+            &["--platform-url", &oauth.base_url(), "auth"],
+            first_port,
+            Stdio::null(),
+        )
+    }
+
+    /// `autogpt-shim <args>` (an `auth` command line) with callback ports
+    /// from `first_port` and the given standard input; returns once the
+    /// authorize URL is printed.
+    pub fn spawn(home: &Home, args: &[&str], first_port: u16, stdin: Stdio) -> AuthRun {
+        let mut command = home.command(args);
+        command.env("AUTOGPT_SHIM_OAUTH_REDIRECT_PORT", first_port.to_string());
+        command
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stderr = Captured::default();
+        stderr.clone().collect_from(child.stderr.take().unwrap());
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut url = None;
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.starts_with("http://") || line.starts_with("https://") {
+                url = Some(line);
+                break;
+            }
+        }
+        let url =
+            url.unwrap_or_else(|| panic!("no authorize URL printed: {seen}{}", stderr.text()));
+        // The rest of stdout is collected like any other run.
+        let stdout = Captured::default();
+        let rest = stdout.clone();
+        std::thread::spawn(move || {
+            rest.push(seen.as_bytes());
+            for line in lines.map_while(Result::ok) {
+                rest.push(format!("{line}\n").as_bytes());
+            }
+        });
+        AuthRun {
+            shim: Shim::from_parts(child, stdout, stderr),
+            url,
+            stdin,
+        }
+    }
+
+    /// A parameter of the authorize URL.
+    pub fn param(&self, name: &str) -> String {
+        let query = self.url.split_once('?').unwrap().1;
+        form_fields(query.as_bytes())
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .unwrap()
+    }
+
+    /// What the browser does after the user approves (or not).
+    pub fn callback(&self, query: &str) -> (u16, String) {
+        let redirect = self.param("redirect_uri");
+        visit(&format!("{redirect}?{query}"), WAIT).unwrap()
+    }
+
+    /// Types `line` and Enter at the `--no-browser` prompt.
+    pub fn paste(&mut self, line: &str) {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .expect("started without a standard input");
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
 }
