@@ -115,8 +115,8 @@ pub fn run(
         with_a_browser_here(listener, &url, &pkce, &env, terminal, stdout, stderr)
     };
     let Settled { callback, page } = match outcome {
-        Outcome::Settled(settled) => settled,
-        Outcome::InputEnded => {
+        WaitEnd::Settled(settled) => settled,
+        WaitEnd::InputEnded => {
             say!(
                 stderr,
                 "Authentication failed: standard input ended before an address or code was pasted"
@@ -172,7 +172,7 @@ pub fn run(
 }
 
 /// How waiting for the authorization ended.
-enum Outcome {
+enum WaitEnd {
     /// The callback (or a paste) settled the flow, or the deadline passed.
     Settled(Settled),
     /// `--no-browser`: standard input ended before anything usable came.
@@ -189,7 +189,7 @@ fn with_a_browser_here(
     terminal: bool,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-) -> Outcome {
+) -> WaitEnd {
     let redirect_uri = listener.redirect_uri();
     let port = listener.port();
     let mut opener: Option<Opener> = None;
@@ -236,7 +236,7 @@ fn with_a_browser_here(
         None
     });
     waiting.clear(stderr);
-    Outcome::Settled(settled)
+    WaitEnd::Settled(settled)
 }
 
 /// What to do when the browser runs on another computer.
@@ -260,7 +260,7 @@ fn from_another_machine(
     terminal: bool,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-) -> Outcome {
+) -> WaitEnd {
     let redirect_uri = listener.redirect_uri();
     say!(
         stdout,
@@ -316,9 +316,9 @@ fn from_another_machine(
         say!(stderr);
     }
     if ended && matches!(settled.callback, Callback::TimedOut) {
-        return Outcome::InputEnded;
+        return WaitEnd::InputEnded;
     }
-    Outcome::Settled(settled)
+    WaitEnd::Settled(settled)
 }
 
 /// Asks for the paste, with the time left: on a terminal the cursor stays
