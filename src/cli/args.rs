@@ -26,6 +26,7 @@ use lexopt::Parser;
 use super::audit::{self, AuditCommand};
 use super::auth::{self, AuthOptions};
 use super::catalog::{self, CommandSpec, OptionSpec};
+use super::completions::Shell;
 use crate::config::{LogLevel, Overrides};
 
 /// What the command line asks for.
@@ -75,6 +76,10 @@ pub enum Command {
     /// `doctor`: check the setup and the connection (CLI.md §10). Its
     /// settings are the global options.
     Doctor,
+    /// `completions <SHELL>`: print the completion script for that shell.
+    Completions(Shell),
+    /// `manpage`: print the manual page in roff.
+    Manpage,
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -338,6 +343,8 @@ fn parse_command(
             no_arguments(parser, spec).map(|()| Command::Uninstall)
         }
         "doctor" => no_arguments(parser, spec).map(|()| Command::Doctor),
+        "completions" => parse_completions(parser, spec).map(Command::Completions),
+        "manpage" => no_arguments(parser, spec).map(|()| Command::Manpage),
         "help" => Err(help_topic(parser, spec)),
         _ => Err(unknown().into()),
     }
@@ -364,6 +371,29 @@ fn help_topic(parser: &mut Parser, spec: &'static CommandSpec) -> Halt {
             Err(halt) => return halt,
         }
     }
+}
+
+/// The `<SHELL>` of `completions`, named exactly as [`Shell::name`] spells
+/// it.
+fn parse_completions(parser: &mut Parser, spec: &'static CommandSpec) -> Result<Shell, Halt> {
+    let name = match next_arg(parser, spec)? {
+        Some(Arg::Positional(name)) => name,
+        None => {
+            return Err(
+                UsageError::MissingArgument("<SHELL> for completions (bash, zsh or fish)").into(),
+            );
+        }
+        Some(Arg::Option(option, _)) => return Err(unhandled(option)),
+    };
+    let shell =
+        name.to_str()
+            .and_then(Shell::named)
+            .ok_or_else(|| UsageError::InvalidArgument {
+                what: "<SHELL> (expected bash, zsh or fish)",
+                value: name.to_string_lossy().into_owned(),
+            })?;
+    no_arguments(parser, spec)?;
+    Ok(shell)
 }
 
 /// The options of `install` (CLI.md §9.1): `--at-login`, the default and
@@ -508,6 +538,7 @@ mod tests {
     fn sample_argument(name: &str) -> Option<&'static str> {
         match name {
             "<seq>" => Some("1"),
+            "<SHELL>" => Some("fish"),
             optional if optional.starts_with('[') => None,
             other => panic!("no sample value for the argument {other}: add one here"),
         }

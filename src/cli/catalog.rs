@@ -172,6 +172,8 @@ const COMMANDS: &[CommandSpec] = &[
     INSTALL,
     UNINSTALL,
     AUDIT,
+    COMPLETIONS,
+    MANPAGE,
     HELP_COMMAND,
 ];
 
@@ -522,6 +524,47 @@ const AUDIT_PRUNE: CommandSpec = CommandSpec {
     subcommands: &[],
     examples: &[],
     notes: &["The current file is never deleted."],
+};
+
+const COMPLETIONS: CommandSpec = CommandSpec {
+    name: "completions",
+    summary: "print the shell completion script for bash, zsh or fish",
+    options: &[],
+    args: &[ArgSpec {
+        name: "<SHELL>",
+        help: "bash, zsh or fish",
+    }],
+    subcommands: &[],
+    examples: &[Example {
+        args: "completions bash",
+        help: "print the bash script",
+    }],
+    notes: &[
+        "The script completes commands, subcommands and options, file names for PATH \
+         values, the log levels and the audit operation names. To load it in the running \
+         shell: source <(autogpt-shim completions bash). For every new shell of one user, \
+         save it as ~/.local/share/bash-completion/completions/autogpt-shim (bash), as \
+         _autogpt-shim in a folder listed in $fpath (zsh) or as \
+         ~/.config/fish/completions/autogpt-shim.fish (fish). Exit 0.",
+    ],
+};
+
+const MANPAGE: CommandSpec = CommandSpec {
+    name: "manpage",
+    summary: "print the manual page autogpt-shim(1) in roff",
+    options: &[],
+    args: &[],
+    subcommands: &[],
+    examples: &[Example {
+        args: "manpage | man -l -",
+        help: "read it without installing it",
+    }],
+    notes: &[
+        "The page is made from the same table as this help, so the two list the same \
+         commands and options. Its date is the day of SOURCE_DATE_EPOCH (UTC) when that \
+         variable is set; without it the page carries no date, so a binary always prints \
+         the same page. Exit 0; 78 when SOURCE_DATE_EPOCH is not a whole number of seconds.",
+    ],
 };
 
 const HELP_COMMAND: CommandSpec = CommandSpec {

@@ -148,7 +148,7 @@ fn options(text: &mut String, heading: &str, spec: &CommandSpec) {
 }
 
 /// Whether the option's setting is one this build serves.
-fn is_built(option: &OptionSpec) -> bool {
+pub(super) fn is_built(option: &OptionSpec) -> bool {
     option.key.and_then(unavailable_feature).is_none()
 }
 
@@ -217,7 +217,7 @@ fn table(text: &mut String, heading: &str, rows: &[(String, &str)], labels: Labe
 }
 
 /// `text` with a capital first letter and a final full stop.
-fn sentence(text: &str) -> String {
+pub(super) fn sentence(text: &str) -> String {
     let mut chars = text.chars();
     let mut out: String = chars
         .next()

@@ -22,9 +22,11 @@ mod args;
 mod audit;
 mod auth;
 mod catalog;
+mod completions;
 mod doctor;
 mod help;
 mod install;
+mod manpage;
 mod prompt;
 mod revoke;
 mod start;
@@ -42,6 +44,10 @@ pub use audit::{AuditCommand, TailOptions};
 pub use auth::AuthOptions;
 /// The command table that the parser, the help and its tests share.
 pub use catalog::{COMMAND_TABLE, CommandSpec};
+/// The shells `completions` writes scripts for, and the scripts.
+pub use completions::{Shell, script as completion_script};
+/// The manual page and its date.
+pub use manpage::{InvalidEpoch, date_from_epoch, render as manual_page};
 
 use args::Invocation;
 
@@ -129,7 +135,28 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
         Command::Install => install::install(&invocation.overrides, stdout, stderr),
         Command::Uninstall => install::uninstall(stdout, stderr),
         Command::Doctor => doctor::run(&invocation.overrides, stdout, stderr),
+        Command::Completions(shell) => {
+            let _ = stdout.write_all(completions::script(shell).as_bytes());
+            exit::SUCCESS
+        }
+        Command::Manpage => print_manpage(stdout, stderr),
     }
+}
+
+/// `manpage`: the page dated by `SOURCE_DATE_EPOCH` when that is set (the
+/// reproducible-builds convention), undated otherwise.
+fn print_manpage(stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
+    let env = config::Environment::from_process();
+    let date = match env.get("SOURCE_DATE_EPOCH").map(manpage::date_from_epoch) {
+        None => None,
+        Some(Ok(date)) => Some(date),
+        Some(Err(error)) => {
+            say!(stderr, "{PROGRAM}: {error}");
+            return exit::EX_CONFIG;
+        }
+    };
+    let _ = stdout.write_all(manpage::render(date.as_deref()).as_bytes());
+    exit::SUCCESS
 }
 
 /// Loads the configuration for a command: warnings are printed on stderr,

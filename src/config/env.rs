@@ -11,18 +11,77 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 
 use super::error::{ConfigError, ConfigWarning};
-use super::layers::key_named;
+use super::layers::{KEYS, key_named};
 
 /// The prefix of every configuration variable.
 const PREFIX: &str = "AUTOGPT_SHIM_";
 
 /// `AUTOGPT_SHIM_*` variables that are read elsewhere and are not
-/// configuration keys (upper-case suffixes). Not warned about.
-const NON_KEY_VARIABLES: &[&str] = &[
-    "KEYCHAIN_PASSPHRASE",
-    "KEYCHAIN_PASSPHRASE_FILE",
-    "FALLBACK_DIR",
+/// configuration keys (upper-case suffixes), with what each is for. Not
+/// warned about.
+const NON_KEY_VARIABLES: &[(&str, &str)] = &[
+    (
+        "KEYCHAIN_PASSPHRASE_FILE",
+        "a file holding the passphrase of the encrypted token file tokens.enc: \
+         a regular file of yours that group and others cannot read",
+    ),
+    (
+        "KEYCHAIN_PASSPHRASE",
+        "the passphrase of tokens.enc itself, when neither the variable above nor \
+         systemd's CREDENTIALS_DIRECTORY gives it; removed from the environment at start",
+    ),
+    (
+        "FALLBACK_DIR",
+        "the folder of tokens.enc, its locks and a legacy audit-key.enc: \
+         an absolute path, ~ allowed",
+    ),
 ];
+
+/// One `AUTOGPT_SHIM_*` variable the shim reads, as the manual page lists
+/// them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variable {
+    /// The full name, e.g. `AUTOGPT_SHIM_PLATFORM_URL`.
+    pub name: String,
+    /// What it does.
+    pub role: VariableRole,
+}
+
+/// What an `AUTOGPT_SHIM_*` variable does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VariableRole {
+    /// Sets this configuration key (below the flags and `config.toml`).
+    Key(&'static str),
+    /// Read outside the configuration keys; what it is for, one line.
+    Other(&'static str),
+}
+
+/// Every `AUTOGPT_SHIM_*` variable the shim reads: one per configuration
+/// key, in the key table's order, each followed by its other spellings,
+/// then the variables that set no key. Taken from the same tables the
+/// loader uses, so a list made from it cannot miss a variable.
+pub fn variables() -> Vec<Variable> {
+    let mut out = Vec::new();
+    for key in KEYS {
+        out.push(Variable {
+            name: format!("{PREFIX}{}", key.to_ascii_uppercase()),
+            role: VariableRole::Key(key),
+        });
+        for (alias, _) in ALIASES.iter().filter(|(_, k)| k == key) {
+            out.push(Variable {
+                name: format!("{PREFIX}{alias}"),
+                role: VariableRole::Key(key),
+            });
+        }
+    }
+    for (suffix, help) in NON_KEY_VARIABLES {
+        out.push(Variable {
+            name: format!("{PREFIX}{suffix}"),
+            role: VariableRole::Other(help),
+        });
+    }
+    out
+}
 
 /// Alternative spellings of configuration keys (upper-case suffix → key).
 /// `AUTOGPT_SHIM_CA_FILE` is the documented name of `tls_ca_file`
@@ -132,7 +191,7 @@ pub(crate) fn config_variables(
                 found.entry(key).or_default().push((name.to_owned(), value));
             }
             Some(_) => {}
-            None if NON_KEY_VARIABLES.contains(&suffix) => {}
+            None if NON_KEY_VARIABLES.iter().any(|(name, _)| *name == suffix) => {}
             None => warnings.push(ConfigWarning::UnknownEnvVar {
                 name: name.to_owned(),
             }),

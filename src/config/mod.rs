@@ -29,8 +29,9 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-/// The process environment, captured once.
-pub use env::Environment;
+/// The process environment, captured once, and the `AUTOGPT_SHIM_*`
+/// variables read from it.
+pub use env::{Environment, Variable, VariableRole, variables as environment_variables};
 /// What can be wrong with a configuration, and where a value came from.
 pub use error::{ConfigError, ConfigWarning, Source};
 pub(crate) use file::{SmallFileError, read_small_file, replace_file};
@@ -265,6 +266,16 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
+    /// Every level, from the most verbose; their canonical names are what
+    /// shell completion offers.
+    pub const ALL: [LogLevel; 5] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+    ];
+
     /// Parses a level name, case-insensitively.
     pub fn parse(name: &str) -> Option<LogLevel> {
         match name.to_ascii_uppercase().as_str() {
