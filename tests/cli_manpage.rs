@@ -109,15 +109,7 @@ fn listed_options(page: &str) -> BTreeMap<String, BTreeSet<String>> {
 
 /// Every command of the table, by name, the program as `""`.
 fn table() -> Vec<&'static CommandSpec> {
-    fn walk(spec: &'static CommandSpec, out: &mut Vec<&'static CommandSpec>) {
-        out.push(spec);
-        for sub in spec.subcommands {
-            walk(sub, out);
-        }
-    }
-    let mut out = Vec::new();
-    walk(&COMMAND_TABLE, &mut out);
-    out
+    COMMAND_TABLE.walk()
 }
 
 /// A value the parser takes for a placeholder.

@@ -90,6 +90,17 @@ impl CommandSpec {
     pub fn short_option(&self, short: char) -> Option<&'static OptionSpec> {
         self.options.iter().find(|o| o.short == Some(short))
     }
+
+    /// This command and every command below it, each parent before its
+    /// subcommands, in the table's order: what the manual page and the
+    /// completion scripts go through.
+    pub fn walk(&'static self) -> Vec<&'static CommandSpec> {
+        let mut out = vec![self];
+        for sub in self.subcommands {
+            out.extend(sub.walk());
+        }
+        out
+    }
 }
 
 /// `-h`/`--help`, accepted by the program and by every command.

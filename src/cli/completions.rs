@@ -51,7 +51,9 @@ impl Shell {
 
 /// The completion script for `shell`.
 pub fn script(shell: Shell) -> String {
-    let nodes = nodes();
+    // The program first (its name, the command path, is ""), parents
+    // before their subcommands.
+    let nodes = COMMAND_TABLE.walk();
     match shell {
         Shell::Bash => bash(&nodes),
         Shell::Zsh => zsh(&nodes),
@@ -86,71 +88,44 @@ pub(crate) fn values(placeholder: &str) -> Option<Values> {
     })
 }
 
-/// One command of the table with the words that select it (`""` for the
-/// program itself).
-struct Node {
-    path: String,
-    spec: &'static CommandSpec,
+/// The options a script offers for `spec`: those this build serves,
+/// `--help` everywhere.
+fn offered(spec: &'static CommandSpec) -> impl Iterator<Item = &'static OptionSpec> {
+    spec.options
+        .iter()
+        .filter(|o| is_built(o))
+        .chain(std::iter::once(&HELP))
 }
 
-impl Node {
-    /// The options a script offers: those this build serves, `--help`
-    /// everywhere.
-    fn options(&self) -> impl Iterator<Item = &'static OptionSpec> {
-        self.spec
-            .options
-            .iter()
-            .filter(|o| is_built(o))
-            .chain(std::iter::once(&HELP))
-    }
+/// The offered options of `spec` that take a value, with how it is
+/// completed.
+fn valued_options(
+    spec: &'static CommandSpec,
+) -> impl Iterator<Item = (&'static OptionSpec, Values)> {
+    offered(spec).filter_map(|o| o.value.map(|v| (o, value_kind(v))))
+}
 
-    /// The options that take a value, with how it is completed.
-    fn valued_options(&self) -> impl Iterator<Item = (&'static OptionSpec, Values)> {
-        self.options()
-            .filter_map(|o| o.value.map(|v| (o, value_kind(v))))
-    }
+/// The positional arguments of `spec` with how each is completed, leaving
+/// out the command topics of `help` (completed from the tree itself).
+fn arguments(spec: &'static CommandSpec) -> impl Iterator<Item = (usize, Values)> {
+    spec.args
+        .iter()
+        .map(|a| value_kind(a.name))
+        .enumerate()
+        .filter(|(_, v)| *v != Values::Commands)
+}
 
-    /// Its positional arguments with how each is completed, leaving out
-    /// the command topics of `help` (completed from the tree itself).
-    fn arguments(&self) -> impl Iterator<Item = (usize, Values)> {
-        self.spec
-            .args
-            .iter()
-            .map(|a| value_kind(a.name))
-            .enumerate()
-            .filter(|(_, v)| *v != Values::Commands)
-    }
-
-    /// Whether its arguments name a command, as `help`'s do.
-    fn takes_topics(&self) -> bool {
-        self.spec
-            .args
-            .iter()
-            .any(|a| value_kind(a.name) == Values::Commands)
-    }
+/// Whether the arguments of `spec` name a command, as `help`'s do.
+fn takes_topics(spec: &CommandSpec) -> bool {
+    spec.args
+        .iter()
+        .any(|a| value_kind(a.name) == Values::Commands)
 }
 
 /// [`values`] of a placeholder of the table; the unit test below proves
 /// every placeholder is known, so the fallback is never reached.
 fn value_kind(placeholder: &str) -> Values {
     values(placeholder).unwrap_or(Values::Free)
-}
-
-/// Every command of the table, the program first, parents before their
-/// subcommands.
-fn nodes() -> Vec<Node> {
-    fn walk(spec: &'static CommandSpec, out: &mut Vec<Node>) {
-        out.push(Node {
-            path: spec.name.to_owned(),
-            spec,
-        });
-        for sub in spec.subcommands {
-            walk(sub, out);
-        }
-    }
-    let mut out = Vec::new();
-    walk(&COMMAND_TABLE, &mut out);
-    out
 }
 
 /// The spellings of an option: `-V`, `--version`.
@@ -196,15 +171,15 @@ fn header(text: &mut String, shell: Shell, how: &str) {
 /// The `case` helpers bash and zsh share: the subcommand words of a path,
 /// the value kind of an option, the kind of a positional argument and the
 /// paths whose arguments are help topics. They set `REPLY`.
-fn shared_helpers(text: &mut String, nodes: &[Node]) {
+fn shared_helpers(text: &mut String, nodes: &[&'static CommandSpec]) {
     text.push_str("\n# The subcommands of a command path ('' for the program).\n");
     text.push_str("_autogpt_shim_subwords() {\n    case $1 in\n");
-    for node in nodes.iter().filter(|n| !n.spec.subcommands.is_empty()) {
-        let words: Vec<&str> = node.spec.subcommands.iter().map(|c| c.word()).collect();
+    for node in nodes.iter().filter(|n| !n.subcommands.is_empty()) {
+        let words: Vec<&str> = node.subcommands.iter().map(|c| c.word()).collect();
         let _ = writeln!(
             text,
             "    {}) REPLY={} ;;",
-            sh_quote(&node.path),
+            sh_quote(node.name),
             sh_quote(&words.join(" "))
         );
     }
@@ -216,10 +191,10 @@ fn shared_helpers(text: &mut String, nodes: &[Node]) {
     );
     text.push_str("_autogpt_shim_value() {\n    case \"$1|$2\" in\n");
     for node in nodes {
-        for (option, kind) in node.valued_options() {
+        for (option, kind) in valued_options(node) {
             let cases: Vec<String> = spellings(option)
                 .iter()
-                .map(|s| sh_quote(&format!("{}|{s}", node.path)))
+                .map(|s| sh_quote(&format!("{}|{s}", node.name)))
                 .collect();
             let _ = writeln!(
                 text,
@@ -234,11 +209,11 @@ fn shared_helpers(text: &mut String, nodes: &[Node]) {
     text.push_str("\n# How positional argument $2 (from 0) of command path $1 is completed.\n");
     text.push_str("_autogpt_shim_argument() {\n    case \"$1|$2\" in\n");
     for node in nodes {
-        for (index, kind) in node.arguments() {
+        for (index, kind) in arguments(node) {
             let _ = writeln!(
                 text,
                 "    {}) REPLY={} ;;",
-                sh_quote(&format!("{}|{index}", node.path)),
+                sh_quote(&format!("{}|{index}", node.name)),
                 sh_quote(&kind_words(&kind))
             );
         }
@@ -249,8 +224,8 @@ fn shared_helpers(text: &mut String, nodes: &[Node]) {
     text.push_str("_autogpt_shim_topics() {\n    case $1 in\n");
     let topics: Vec<String> = nodes
         .iter()
-        .filter(|n| n.takes_topics())
-        .map(|n| sh_quote(&n.path))
+        .filter(|n| takes_topics(n))
+        .map(|n| sh_quote(n.name))
         .collect();
     if !topics.is_empty() {
         let _ = writeln!(text, "    {}) return 0 ;;", topics.join(" | "));
@@ -301,7 +276,7 @@ fn scan_loop(text: &mut String, indexing: &str, word_at: &str) {
     );
 }
 
-fn bash(nodes: &[Node]) -> String {
+fn bash(nodes: &[&'static CommandSpec]) -> String {
     let mut text = String::new();
     header(
         &mut text,
@@ -314,11 +289,11 @@ fn bash(nodes: &[Node]) -> String {
     text.push_str("\n# The options of a command path.\n");
     text.push_str("_autogpt_shim_options() {\n    case $1 in\n");
     for node in nodes {
-        let words: Vec<String> = node.options().flat_map(spellings).collect();
+        let words: Vec<String> = offered(node).flat_map(spellings).collect();
         let _ = writeln!(
             text,
             "    {}) REPLY={} ;;",
-            sh_quote(&node.path),
+            sh_quote(node.name),
             sh_quote(&words.join(" "))
         );
     }
@@ -395,7 +370,7 @@ fn described(word: &str, help: &str) -> String {
     sh_quote(&format!("{}:{help}", word.replace(':', r"\:")))
 }
 
-fn zsh(nodes: &[Node]) -> String {
+fn zsh(nodes: &[&'static CommandSpec]) -> String {
     let mut text = String::from("#compdef autogpt-shim\n");
     header(
         &mut text,
@@ -407,9 +382,8 @@ fn zsh(nodes: &[Node]) -> String {
 
     text.push_str("\n# The subcommands of a command path, as word:description.\n");
     text.push_str("_autogpt_shim_subcommands() {\n    case $1 in\n");
-    for node in nodes.iter().filter(|n| !n.spec.subcommands.is_empty()) {
+    for node in nodes.iter().filter(|n| !n.subcommands.is_empty()) {
         let entries: Vec<String> = node
-            .spec
             .subcommands
             .iter()
             .map(|c| described(c.word(), c.summary))
@@ -417,7 +391,7 @@ fn zsh(nodes: &[Node]) -> String {
         let _ = writeln!(
             text,
             "    {}) reply=(\n        {}\n    ) ;;",
-            sh_quote(&node.path),
+            sh_quote(node.name),
             entries.join("\n        ")
         );
     }
@@ -426,8 +400,7 @@ fn zsh(nodes: &[Node]) -> String {
     text.push_str("\n# The options of a command path, as option:description.\n");
     text.push_str("_autogpt_shim_options() {\n    case $1 in\n");
     for node in nodes {
-        let entries: Vec<String> = node
-            .options()
+        let entries: Vec<String> = offered(node)
             .flat_map(|o| {
                 spellings(o)
                     .into_iter()
@@ -438,7 +411,7 @@ fn zsh(nodes: &[Node]) -> String {
         let _ = writeln!(
             text,
             "    {}) reply=(\n        {}\n    ) ;;",
-            sh_quote(&node.path),
+            sh_quote(node.name),
             entries.join("\n        ")
         );
     }
@@ -507,7 +480,7 @@ fi
     text
 }
 
-fn fish(nodes: &[Node]) -> String {
+fn fish(nodes: &[&'static CommandSpec]) -> String {
     let mut text = String::new();
     header(
         &mut text,
@@ -518,9 +491,8 @@ fn fish(nodes: &[Node]) -> String {
     text.push_str("\n# The subcommands of a command path ('' for the program).\n");
     text.push_str("function __autogpt_shim_subwords --argument-names cmdpath\n");
     text.push_str("    switch \"$cmdpath\"\n");
-    for node in nodes.iter().filter(|n| !n.spec.subcommands.is_empty()) {
+    for node in nodes.iter().filter(|n| !n.subcommands.is_empty()) {
         let words: Vec<String> = node
-            .spec
             .subcommands
             .iter()
             .map(|c| fish_quote(c.word()))
@@ -528,7 +500,7 @@ fn fish(nodes: &[Node]) -> String {
         let _ = writeln!(
             text,
             "        case {}\n            printf '%s\\n' {}",
-            fish_quote(&node.path),
+            fish_quote(node.name),
             words.join(" ")
         );
     }
@@ -540,9 +512,9 @@ fn fish(nodes: &[Node]) -> String {
     let cases: Vec<String> = nodes
         .iter()
         .flat_map(|n| {
-            n.valued_options()
+            valued_options(n)
                 .flat_map(|(o, _)| spellings(o))
-                .map(|s| fish_quote(&format!("{}|{s}", n.path)))
+                .map(|s| fish_quote(&format!("{}|{s}", n.name)))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -560,8 +532,8 @@ fn fish(nodes: &[Node]) -> String {
     text.push_str("    switch \"$cmdpath\"\n");
     let topics: Vec<String> = nodes
         .iter()
-        .filter(|n| n.takes_topics())
-        .map(|n| fish_quote(&n.path))
+        .filter(|n| takes_topics(n))
+        .map(|n| fish_quote(n.name))
         .collect();
     if !topics.is_empty() {
         let _ = writeln!(
@@ -645,10 +617,10 @@ complete -c autogpt-shim -f
         HELP.long.trim_start_matches('-'),
         fish_quote(HELP.help)
     );
-    let topics: Vec<&Node> = nodes.iter().filter(|n| n.takes_topics()).collect();
+    let has_topics = nodes.iter().any(|n| takes_topics(n));
     for node in nodes {
-        let at = fish_quote(&format!("__autogpt_shim_at {}", fish_quote(&node.path)));
-        for sub in node.spec.subcommands {
+        let at = fish_quote(&format!("__autogpt_shim_at {}", fish_quote(node.name)));
+        for sub in node.subcommands {
             let _ = writeln!(
                 text,
                 "complete -c autogpt-shim -n {at} -a {} -d {}",
@@ -656,9 +628,9 @@ complete -c autogpt-shim -f
                 fish_quote(sub.summary)
             );
         }
-        if !topics.is_empty() {
-            let topic = fish_quote(&format!("__autogpt_shim_topic {}", fish_quote(&node.path)));
-            for sub in node.spec.subcommands {
+        if has_topics {
+            let topic = fish_quote(&format!("__autogpt_shim_topic {}", fish_quote(node.name)));
+            for sub in node.subcommands {
                 let _ = writeln!(
                     text,
                     "complete -c autogpt-shim -n {topic} -a {} -d {}",
@@ -667,8 +639,8 @@ complete -c autogpt-shim -f
                 );
             }
         }
-        let within = fish_quote(&format!("__autogpt_shim_in {}", fish_quote(&node.path)));
-        for option in node.spec.options.iter().filter(|o| is_built(o)) {
+        let within = fish_quote(&format!("__autogpt_shim_in {}", fish_quote(node.name)));
+        for option in node.options.iter().filter(|o| is_built(o)) {
             let mut line = format!("complete -c autogpt-shim -n {within}");
             if let Some(short) = option.short {
                 let _ = write!(line, " -s {short}");
@@ -685,10 +657,10 @@ complete -c autogpt-shim -f
             let _ = writeln!(line, " -d {}", fish_quote(option.help));
             text.push_str(&line);
         }
-        for (index, kind) in node.arguments() {
+        for (index, kind) in arguments(node) {
             let condition = fish_quote(&format!(
                 "__autogpt_shim_argument {} {index}",
-                fish_quote(&node.path)
+                fish_quote(node.name)
             ));
             match kind {
                 Values::Words(words) => {
@@ -752,11 +724,11 @@ mod tests {
     fn every_script_names_every_command_and_built_option() {
         for shell in Shell::ALL {
             let text = script(shell);
-            for node in nodes() {
-                for sub in node.spec.subcommands {
+            for node in COMMAND_TABLE.walk() {
+                for sub in node.subcommands {
                     assert!(text.contains(sub.word()), "{shell:?}: {}", sub.name);
                 }
-                for option in node.spec.options.iter().filter(|o| is_built(o)) {
+                for option in node.options.iter().filter(|o| is_built(o)) {
                     let long = option.long.trim_start_matches('-');
                     assert!(text.contains(long), "{shell:?}: {}", option.long);
                 }

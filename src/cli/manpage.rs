@@ -276,15 +276,8 @@ fn option_tag(option: &OptionSpec) -> String {
 
 fn commands(page: &mut String) {
     page.push_str(".SH COMMANDS\n");
-    let mut all = Vec::new();
-    fn walk(spec: &'static CommandSpec, out: &mut Vec<&'static CommandSpec>) {
-        for sub in spec.subcommands {
-            out.push(sub);
-            walk(sub, out);
-        }
-    }
-    walk(&COMMAND_TABLE, &mut all);
-    for spec in all {
+    // Every command below the program itself.
+    for spec in COMMAND_TABLE.walk().into_iter().skip(1) {
         command(page, spec);
     }
 }
@@ -382,14 +375,12 @@ fn environment(page: &mut String) {
 /// The options that set configuration `key`, each named once.
 fn flags_for(key: &str) -> Vec<&'static str> {
     let mut flags = Vec::new();
-    let mut specs = vec![&COMMAND_TABLE];
-    while let Some(spec) = specs.pop() {
+    for spec in COMMAND_TABLE.walk() {
         for option in spec.options {
             if option.key == Some(key) && !flags.contains(&option.long) {
                 flags.push(option.long);
             }
         }
-        specs.extend(spec.subcommands.iter());
     }
     flags
 }
