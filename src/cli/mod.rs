@@ -44,10 +44,8 @@ pub use audit::{AuditCommand, TailOptions};
 pub use auth::AuthOptions;
 /// The command table that the parser, the help and its tests share.
 pub use catalog::{COMMAND_TABLE, CommandSpec};
-/// The shells `completions` writes scripts for, and the scripts.
-pub use completions::{Shell, script as completion_script};
-/// The manual page and its date.
-pub use manpage::{InvalidEpoch, date_from_epoch, render as manual_page};
+/// The shells `completions` writes scripts for.
+pub use completions::Shell;
 
 use args::Invocation;
 
