@@ -26,6 +26,21 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs a copy of the binary. Until every other test thread that forked
+/// while the copy was open for writing has exec'd, the kernel refuses to
+/// run it ("text file busy"); that window is short, so wait it out.
+fn output_of_copy(command: &mut Command) -> Output {
+    for _ in 0..200 {
+        match command.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            result => return result.unwrap(),
+        }
+    }
+    panic!("the copied binary stayed busy for 5 s");
+}
+
 fn run(mut command: Command) -> Output {
     command.output().expect("the binary runs")
 }
@@ -175,16 +190,16 @@ fn install_with_hostile_paths_writes_a_unit_systemd_reads_unchanged() {
     std::fs::write(&passphrase_file, format!("{PASSPHRASE}\n")).unwrap();
     std::fs::set_permissions(&passphrase_file, std::fs::Permissions::from_mode(0o600)).unwrap();
 
-    let out = Command::new(&exe)
-        .arg("--config")
-        .arg(&config)
-        .arg("install")
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", &home)
-        .env(PASSPHRASE_FILE_VARIABLE, &passphrase_file)
-        .output()
-        .unwrap();
+    let out = output_of_copy(
+        Command::new(&exe)
+            .arg("--config")
+            .arg(&config)
+            .arg("install")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env(PASSPHRASE_FILE_VARIABLE, &passphrase_file),
+    );
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
 
@@ -234,12 +249,12 @@ fn a_program_path_systemd_cannot_hold_is_refused_not_mangled() {
     std::fs::create_dir(&bin_dir).unwrap();
     let exe = bin_dir.join("autogpt-shim");
     std::fs::copy(BIN, &exe).unwrap();
-    let out = Command::new(&exe)
-        .arg("install")
-        .env_clear()
-        .env("HOME", base.path())
-        .output()
-        .unwrap();
+    let out = output_of_copy(
+        Command::new(&exe)
+            .arg("install")
+            .env_clear()
+            .env("HOME", base.path()),
+    );
     assert_eq!(out.status.code(), Some(73));
     let stderr = text(&out.stderr);
     assert!(
