@@ -172,53 +172,49 @@ fn header(text: &mut String, shell: Shell, how: &str) {
 /// the value kind of an option, the kind of a positional argument and the
 /// paths whose arguments are help topics. They set `REPLY`.
 fn shared_helpers(text: &mut String, nodes: &[&'static CommandSpec]) {
-    text.push_str("\n# The subcommands of a command path ('' for the program).\n");
-    text.push_str("_autogpt_shim_subwords() {\n    case $1 in\n");
-    for node in nodes.iter().filter(|n| !n.subcommands.is_empty()) {
-        let words: Vec<&str> = node.subcommands.iter().map(|c| c.word()).collect();
-        let _ = writeln!(
-            text,
-            "    {}) REPLY={} ;;",
-            sh_quote(node.name),
-            sh_quote(&words.join(" "))
-        );
-    }
-    text.push_str("    *) REPLY='' ;;\n    esac\n}\n");
-
-    text.push_str(
-        "\n# How the value of option $2 of command path $1 is completed: files,\n\
-         # 'words ...' or free; empty for a flag or an unknown option.\n",
+    reply_case(
+        text,
+        "The subcommands of a command path ('' for the program).",
+        "_autogpt_shim_subwords",
+        "$1",
+        nodes
+            .iter()
+            .filter(|n| !n.subcommands.is_empty())
+            .map(|node| {
+                let words: Vec<&str> = node.subcommands.iter().map(|c| c.word()).collect();
+                (sh_quote(node.name), words.join(" "))
+            }),
     );
-    text.push_str("_autogpt_shim_value() {\n    case \"$1|$2\" in\n");
-    for node in nodes {
-        for (option, kind) in valued_options(node) {
-            let cases: Vec<String> = spellings(option)
-                .iter()
-                .map(|s| sh_quote(&format!("{}|{s}", node.name)))
-                .collect();
-            let _ = writeln!(
-                text,
-                "    {}) REPLY={} ;;",
-                cases.join(" | "),
-                sh_quote(&kind_words(&kind))
-            );
-        }
-    }
-    text.push_str("    *) REPLY='' ;;\n    esac\n}\n");
-
-    text.push_str("\n# How positional argument $2 (from 0) of command path $1 is completed.\n");
-    text.push_str("_autogpt_shim_argument() {\n    case \"$1|$2\" in\n");
-    for node in nodes {
-        for (index, kind) in arguments(node) {
-            let _ = writeln!(
-                text,
-                "    {}) REPLY={} ;;",
-                sh_quote(&format!("{}|{index}", node.name)),
-                sh_quote(&kind_words(&kind))
-            );
-        }
-    }
-    text.push_str("    *) REPLY='' ;;\n    esac\n}\n");
+    reply_case(
+        text,
+        "How the value of option $2 of command path $1 is completed: files,\n\
+         # 'words ...' or free; empty for a flag or an unknown option.",
+        "_autogpt_shim_value",
+        "\"$1|$2\"",
+        nodes.iter().flat_map(|node| {
+            valued_options(node).map(|(option, kind)| {
+                let cases: Vec<String> = spellings(option)
+                    .iter()
+                    .map(|s| sh_quote(&format!("{}|{s}", node.name)))
+                    .collect();
+                (cases.join(" | "), kind_words(&kind))
+            })
+        }),
+    );
+    reply_case(
+        text,
+        "How positional argument $2 (from 0) of command path $1 is completed.",
+        "_autogpt_shim_argument",
+        "\"$1|$2\"",
+        nodes.iter().flat_map(|node| {
+            arguments(node).map(|(index, kind)| {
+                (
+                    sh_quote(&format!("{}|{index}", node.name)),
+                    kind_words(&kind),
+                )
+            })
+        }),
+    );
 
     text.push_str("\n# Whether the arguments of command path $1 name a command (help).\n");
     text.push_str("_autogpt_shim_topics() {\n    case $1 in\n");
@@ -231,6 +227,23 @@ fn shared_helpers(text: &mut String, nodes: &[&'static CommandSpec]) {
         let _ = writeln!(text, "    {}) return 0 ;;", topics.join(" | "));
     }
     text.push_str("    esac\n    return 1\n}\n");
+}
+
+/// A shell function `name` that sets `REPLY` by a `case` on `subject`: one
+/// row per `(pattern, value)` (the pattern already quoted, the value quoted
+/// here), and empty for anything else; `comment` goes above it.
+fn reply_case(
+    text: &mut String,
+    comment: &str,
+    name: &str,
+    subject: &str,
+    rows: impl Iterator<Item = (String, String)>,
+) {
+    let _ = write!(text, "\n# {comment}\n{name}() {{\n    case {subject} in\n");
+    for (pattern, value) in rows {
+        let _ = writeln!(text, "    {pattern}) REPLY={} ;;", sh_quote(&value));
+    }
+    text.push_str("    *) REPLY='' ;;\n    esac\n}\n");
 }
 
 /// The loop bash and zsh share: it walks the words before the cursor and
@@ -286,18 +299,16 @@ fn bash(nodes: &[&'static CommandSpec]) -> String {
     );
     shared_helpers(&mut text, nodes);
 
-    text.push_str("\n# The options of a command path.\n");
-    text.push_str("_autogpt_shim_options() {\n    case $1 in\n");
-    for node in nodes {
-        let words: Vec<String> = offered(node).flat_map(spellings).collect();
-        let _ = writeln!(
-            text,
-            "    {}) REPLY={} ;;",
-            sh_quote(node.name),
-            sh_quote(&words.join(" "))
-        );
-    }
-    text.push_str("    *) REPLY='' ;;\n    esac\n}\n");
+    reply_case(
+        &mut text,
+        "The options of a command path.",
+        "_autogpt_shim_options",
+        "$1",
+        nodes.iter().map(|node| {
+            let words: Vec<String> = offered(node).flat_map(spellings).collect();
+            (sh_quote(node.name), words.join(" "))
+        }),
+    );
 
     text.push_str(
         r#"
