@@ -25,6 +25,12 @@ pub fn one_line(text: &str) -> String {
     out
 }
 
+/// A path as the OS spells it, through [`one_line`], so that a hostile file
+/// name can neither break a one-line message nor drive the terminal.
+pub fn shown(path: &std::path::Path) -> String {
+    one_line(&path.to_string_lossy())
+}
+
 /// `text` as [`one_line`] shows it, with `\` and `"` escaped as well so
 /// that it can be quoted, cut before the first character whose escape
 /// would not fit in [`EXCERPT_MAX_BYTES`] and then marked with `…`: for the

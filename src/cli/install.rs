@@ -18,6 +18,7 @@ use crate::config::autostart::render::{self, Entry};
 use crate::config::{self, Context, Environment, OsPaths, Overrides, Platform};
 use crate::exit;
 use crate::secrets::{Passphrase, passphrase};
+use crate::text::shown;
 
 /// Runs `install` and returns its exit status.
 pub fn install(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write) -> u8 {
@@ -264,8 +265,4 @@ fn remove_entry(target: &Path) -> io::Result<bool> {
         return Err(io::Error::other("it could not be removed"));
     }
     Ok(removed)
-}
-
-fn shown(path: &Path) -> String {
-    crate::text::one_line(&path.to_string_lossy())
 }

@@ -19,7 +19,7 @@ use crate::config::{Config, Environment, Mode, Overrides, Platform};
 use crate::daemon::runtime_file;
 use crate::exit;
 use crate::secrets::SecretStore;
-use crate::text::one_line;
+use crate::text::{one_line, shown};
 use crate::timefmt;
 
 /// Runs `status` and returns its exit status.
@@ -162,10 +162,6 @@ fn process_alive(pid: u32) -> bool {
         Ok(()) => true,
         Err(e) => e == rustix::io::Errno::PERM,
     }
-}
-
-fn shown(path: &std::path::Path) -> String {
-    one_line(&path.display().to_string())
 }
 
 /// What the systemd user manager says of the unit (enabled? active?), or

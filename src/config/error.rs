@@ -9,7 +9,7 @@
 //! sequences.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where an effective setting came from, highest precedence first
 /// (CLI.md §5.3).
@@ -288,9 +288,4 @@ pub(crate) fn escaped(text: &str) -> String {
     format!("\"{}\"", text.escape_debug())
 }
 
-/// A path as the OS spells it, except that control characters are escaped so
-/// a hostile file name cannot break the one-line message or drive the
-/// terminal.
-pub(crate) fn shown(path: &Path) -> String {
-    crate::text::one_line(&path.to_string_lossy())
-}
+pub(crate) use crate::text::shown;

@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::audit_key::{KeyLocation, KeyProblem};
 use super::container::{FormatProblem, PlaintextProblem};
@@ -451,10 +451,6 @@ impl std::error::Error for SecretError {
 /// The consequence of a new audit key, for the corrupt-key messages.
 const AFTER_NEW_KEY: &str = "after which existing audit logs and root grants no longer verify";
 
-/// A path as the OS spells it, with control characters escaped so a hostile
-/// name cannot break the one-line message or drive the terminal.
-pub(crate) fn shown(path: &Path) -> String {
-    one_line(&path.to_string_lossy())
-}
+pub(crate) use crate::text::shown;
 
 pub(crate) use crate::text::one_line;

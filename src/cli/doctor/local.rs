@@ -10,8 +10,6 @@
 //! stores a secret, or prompts. The access token found is handed back for
 //! the upgrade check and never shown.
 
-use std::path::Path;
-
 use zeroize::Zeroizing;
 
 use super::Check;
@@ -28,7 +26,7 @@ use crate::protocol::hello_rules;
 use crate::secrets::{
     Keychain, KeychainUnusable, SecretError, SecretStore, Tokens, file_store_present,
 };
-use crate::text::one_line;
+use crate::text::{one_line, shown};
 
 /// What the local checks found.
 pub struct Local {
@@ -36,11 +34,6 @@ pub struct Local {
     pub checks: Vec<Check>,
     /// The stored access token, for the upgrade check.
     pub access_token: Option<Zeroizing<String>>,
-}
-
-/// A path for a detail, escaped.
-fn shown(path: &Path) -> String {
-    one_line(&path.display().to_string())
 }
 
 /// Runs the local checks in their order.
