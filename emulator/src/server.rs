@@ -486,6 +486,10 @@ struct Seen {
     authorization: Option<String>,
     headers: Vec<(String, String)>,
     decision: Option<Decision>,
+    /// Whether the attempt is already in the record: a refusal is recorded
+    /// before its answer is written, so a client that has read the answer
+    /// always finds the attempt.
+    recorded: bool,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -510,13 +514,15 @@ fn serve(tcp: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     };
     // Recorded before the Conn is handed out, so a test holding a Conn
     // always finds its attempt.
-    shared.attempts.push(UpgradeAttempt {
-        peer,
-        path: seen.path,
-        authorization: seen.authorization,
-        headers: seen.headers,
-        outcome,
-    });
+    if !seen.recorded {
+        shared.attempts.push(UpgradeAttempt {
+            peer,
+            path: seen.path,
+            authorization: seen.authorization,
+            headers: seen.headers,
+            outcome,
+        });
+    }
     let Ok(conn) = result else {
         return;
     };
@@ -622,6 +628,21 @@ fn upgrade(
             }
         };
         seen.decision = Some(decision.clone());
+        let refused = match &decision {
+            Decision::Upgrade => None,
+            Decision::Reject(status, _) => Some(AttemptOutcome::Rejected(*status)),
+            Decision::Unanswered => Some(AttemptOutcome::Unanswered),
+        };
+        if let Some(outcome) = refused {
+            shared.attempts.push(UpgradeAttempt {
+                peer,
+                path: seen.path.clone(),
+                authorization: seen.authorization.clone(),
+                headers: seen.headers.clone(),
+                outcome,
+            });
+            seen.recorded = true;
+        }
         match decision {
             Decision::Upgrade => Ok(response),
             Decision::Reject(status, detail) => Err(error_response(status, detail.as_deref())),
