@@ -54,6 +54,8 @@ pub mod control;
 #[forbid(unsafe_code)]
 pub mod daemon;
 #[forbid(unsafe_code)]
+pub mod desktop;
+#[forbid(unsafe_code)]
 pub mod exec;
 #[forbid(unsafe_code)]
 pub mod exit;

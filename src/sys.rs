@@ -152,6 +152,38 @@ pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::
     Ok(())
 }
 
+/// Arranges for the child of `command` to start as an application the
+/// user could have started (CAPABILITIES.md §4.9): a session of its own, an
+/// empty signal mask, the default `SIGPIPE` action and no descriptor beyond
+/// its standard streams. No parent-death signal: the application may
+/// outlive the shim.
+pub fn prepare_app_child(command: &mut Command) -> io::Result<()> {
+    let empty = empty_signal_set()?;
+    let hook = move || -> io::Result<()> {
+        // Runs in the forked child before `exec`: async-signal-safe calls
+        // only, no allocation.
+        rustix::process::setsid()?;
+        // SAFETY: `empty` is an initialised `sigset_t` captured by value; a
+        // null old-set pointer is allowed.
+        if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `signal` is async-signal-safe; SIG_DFL for SIGPIPE is a
+        // valid disposition.
+        if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
+        cloexec_from(3);
+        Ok(())
+    };
+    // SAFETY: the hook only calls async-signal-safe functions (setsid,
+    // sigprocmask, signal, close_range) and allocates nothing.
+    unsafe {
+        command.pre_exec(hook);
+    }
+    Ok(())
+}
+
 /// Arranges for the child of `command` to become the spawner process
 /// (EXEC.md §11 L5b): a session of its own (so terminal signals do not
 /// reach it), `sock` on descriptor 3 (without close-on-exec), every other

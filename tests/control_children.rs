@@ -85,6 +85,7 @@ fn fixture() -> Fixture {
         credentials: Arc::new(NoToken),
         identity: identity.clone(),
         advertised: daemon::advertised_capabilities(&Gates::default(), &data_kind),
+        desktop: None,
         backoff: Backoff {
             base: 0.05,
             max_delay: 0.2,

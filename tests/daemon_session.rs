@@ -70,6 +70,10 @@ impl CommandGate for Unlimited {
     fn enter(&self) -> Result<Box<dyn Send>, String> {
         Ok(Box::new(()))
     }
+
+    fn screenshot(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 struct Fx {
@@ -137,6 +141,7 @@ fn setup_limited(
         activity: None,
         machine_pool: None,
         machine_bytes: None,
+        desktop: None,
     };
     (setup, log, root, audit_path)
 }

@@ -38,6 +38,7 @@ use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::runtime_file::{RunningSettings, RuntimeFile};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
+use crate::desktop::{self, Desktop};
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
@@ -582,6 +583,9 @@ impl Running {
             MachineLimitSettings::from_config(config),
         ));
         let gates = Gates::from_config(config);
+        let desktop = config
+            .enable_computer_use
+            .then(|| Arc::new(Desktop::new(desktop_settings(config, &host_env))));
         let ceilings = Limits::from_config(config);
         let backoff = Backoff {
             base: config.reconnect_base_delay,
@@ -628,6 +632,7 @@ impl Running {
                     credentials: credentials.clone(),
                     identity: identity.clone(),
                     advertised: handshake::advertised_capabilities(&gates, &data_kind),
+                    desktop: desktop.clone(),
                     backoff,
                     audit: audit.clone(),
                     log: log.clone(),
@@ -676,6 +681,7 @@ impl Running {
             advertised: handshake::advertised_capabilities(&gates, &kind),
             identity,
             probes: Probes::default(),
+            desktop,
             ceilings,
             backoff,
             audit: AuditSink::Log(audit),
@@ -1006,4 +1012,24 @@ fn read_umask() -> rustix::fs::Mode {
     let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     rustix::process::umask(old);
     old
+}
+
+/// The desktop's settings: the switches, the mask rules, and the session
+/// facts (display, Wayland) of the environment the daemon started in.
+fn desktop_settings(
+    config: &Config,
+    host_env: &Arc<Vec<(OsString, OsString)>>,
+) -> desktop::Settings {
+    let (display, wayland) = desktop::Settings::session_from_env(host_env);
+    desktop::Settings {
+        enabled: config.enable_computer_use,
+        clipboard: config.enable_clipboard,
+        clipboard_read_foreign: config.enable_clipboard_read_foreign,
+        mask: config.screenshot_mask.clone(),
+        wsl: config.host.platform == Some(Platform::Wsl2),
+        display,
+        wayland,
+        home: config.paths.home.clone(),
+        launch_env: Arc::clone(host_env),
+    }
 }

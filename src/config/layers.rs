@@ -46,6 +46,7 @@ pub(crate) const KEYS: &[&str] = &[
     "max_screenshots_per_minute",
     "enable_clipboard",
     "enable_clipboard_read_foreign",
+    "screenshot_mask",
     "enable_recording",
     "recording_buffer_dir",
     "recording_default_interpretation_route",

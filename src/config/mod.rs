@@ -121,8 +121,8 @@ pub struct Settings {
     pub audit_log_path: PathBuf,
     /// `enable_shell`.
     pub enable_shell: bool,
-    /// `enable_computer_use`: always false in this build, which refuses to switch it
-    /// on ([`unavailable_feature`]).
+    /// `enable_computer_use`; a build without desktop support refuses to
+    /// switch it on ([`unavailable_feature`]).
     pub enable_computer_use: bool,
     /// `enable_local_llm`: always false in this build, which refuses to switch it
     /// on ([`unavailable_feature`]).
@@ -150,12 +150,15 @@ pub struct Settings {
     pub ollama_url: String,
     /// `max_screenshots_per_minute` (> 0).
     pub max_screenshots_per_minute: u32,
-    /// `enable_clipboard`: always false in this build, which refuses to switch it
-    /// on ([`unavailable_feature`]).
+    /// `enable_clipboard`; a build without desktop support refuses to
+    /// switch it on ([`unavailable_feature`]).
     pub enable_clipboard: bool,
-    /// `enable_clipboard_read_foreign`: always false in this build, which refuses to switch it
-    /// on ([`unavailable_feature`]).
+    /// `enable_clipboard_read_foreign`; a build without desktop support
+    /// refuses to switch it on ([`unavailable_feature`]).
     pub enable_clipboard_read_foreign: bool,
+    /// `screenshot_mask`: windows and areas kept out of screenshots and
+    /// out of reach of input, added to the built-in ones.
+    pub screenshot_mask: crate::desktop::MaskRules,
     /// `enable_recording`: design preview; `start` refuses to run with it.
     pub enable_recording: bool,
     /// `recording_buffer_dir`; `<audit log dir>/recordings` by default.
@@ -502,6 +505,11 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         max_screenshots_per_minute: positive(&layers, "max_screenshots_per_minute", 10)?,
         enable_clipboard: switch(&layers, "enable_clipboard")?,
         enable_clipboard_read_foreign: switch(&layers, "enable_clipboard_read_foreign")?,
+        screenshot_mask: {
+            let setting = layers.list("screenshot_mask", &[])?;
+            crate::desktop::MaskRules::new(&setting.value)
+                .map_err(|reason| invalid("screenshot_mask", &setting, reason))?
+        },
         enable_recording: switch(&layers, "enable_recording")?,
         recording_buffer_dir,
         recording_default_interpretation_route: layers
@@ -648,21 +656,32 @@ fn default_display_name(hostname: &str) -> String {
 /// it is refused like an invalid value. An entry leaves this list when its
 /// feature arrives.
 const UNAVAILABLE: &[(&str, &str)] = &[
+    ("enable_local_llm", "the local LLM"),
+    ("enable_hardware", "hardware access"),
+];
+
+/// The switches of computer use, unavailable in a build without desktop
+/// support (the `desktop` feature, Linux only).
+const DESKTOP_SWITCHES: &[(&str, &str)] = &[
     ("enable_computer_use", "computer use"),
     ("enable_clipboard", "clipboard access"),
     (
         "enable_clipboard_read_foreign",
         "reading clipboard content the shim did not write",
     ),
-    ("enable_local_llm", "the local LLM"),
-    ("enable_hardware", "hardware access"),
 ];
 
 /// The feature the switch `key` would turn on when this build does not
 /// implement it; `None` for every other key.
 pub fn unavailable_feature(key: &str) -> Option<&'static str> {
+    let desktop: &[(&str, &str)] = if crate::desktop::BUILT {
+        &[]
+    } else {
+        DESKTOP_SWITCHES
+    };
     UNAVAILABLE
         .iter()
+        .chain(desktop)
         .find(|(k, _)| *k == key)
         .map(|(_, feature)| *feature)
 }

@@ -53,6 +53,8 @@ pub struct ChildTemplate {
     pub identity: Identity,
     /// HELLO capabilities of a data connection (no `directory_browse`).
     pub advertised: Vec<Capability>,
+    /// The machine-wide desktop, when computer use is switched on.
+    pub desktop: Option<Arc<crate::desktop::Desktop>>,
     /// Reconnect delays.
     pub backoff: Backoff,
     /// The shared writer; each child binds it to its session.
@@ -255,6 +257,7 @@ impl Children {
             identity: t.identity.clone(),
             advertised: t.advertised.clone(),
             probes: Probes::default(),
+            desktop: t.desktop.clone(),
             ceilings,
             backoff: t.backoff,
             audit: AuditSink::Session(audit),

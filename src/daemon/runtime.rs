@@ -30,6 +30,7 @@ use super::pool::WorkerThreads;
 use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};
 use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
 use crate::audit::{Details, Entry, Outcome};
+use crate::desktop::ConnectionDesktop;
 use crate::log::Log;
 use crate::protocol::{
     self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
@@ -151,10 +152,13 @@ pub struct Session {
     pub credentials: Arc<dyn Credentials + Send>,
     /// `machine_id`, `display_name`, platform, arch.
     pub identity: Identity,
-    /// What HELLO advertises.
+    /// What HELLO advertises whatever the probes find.
     pub advertised: Vec<Capability>,
     /// Optional feature facts for HELLO.
     pub probes: Probes,
+    /// The desktop, when computer use is switched on: probed at every
+    /// HELLO, and `computer_use` advertised only when the probe passes.
+    pub desktop: Option<Arc<crate::desktop::Desktop>>,
     /// The local ceilings of the negotiated limits.
     pub ceilings: Limits,
     /// Reconnect delays.
@@ -324,8 +328,8 @@ fn attempt_once(
         Ok(halves) => halves,
         Err(e) => return disconnect(session, &e.audit_reason(), Next::Backoff),
     };
-    let negotiated = match handshake(session, &mut reader, &writer) {
-        Ok(negotiated) => negotiated,
+    let (negotiated, desktop) = match handshake(session, &mut reader, &writer) {
+        Ok(done) => done,
         Err(next) => return next,
     };
     let granted: Vec<String> = negotiated
@@ -366,6 +370,7 @@ fn attempt_once(
         activity: session.plane.activity(),
         machine_pool: session.plane.machine_pool(),
         machine_bytes: session.plane.machine_bytes(),
+        desktop,
     };
     let inbound = LinkIn::new(reader, writer.clone());
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
@@ -423,15 +428,28 @@ fn handshake(
     session: &Session,
     reader: &mut Reader,
     writer: &Writer,
-) -> Result<handshake::Negotiated, Next> {
+) -> Result<(handshake::Negotiated, Option<Arc<ConnectionDesktop>>), Next> {
     let kind = session.plane.kind();
     let root = session.plane.hello_root();
+    // CAPABILITIES.md §4.1: probed at each HELLO, sticky for the connection.
+    let desktop = session
+        .desktop
+        .as_ref()
+        .map(|desktop| Arc::new(ConnectionDesktop::probe_for_hello(desktop)));
+    let mut advertised = session.advertised.clone();
+    let mut probes = session.probes.clone();
+    if let Some(probe) = desktop.as_ref().map(|d| d.probe()).filter(|p| p.available) {
+        advertised = handshake::with_computer_use(&advertised);
+        probes.screen_resolution = probe.screen_resolution;
+        probes.computer_use_features = probe.features.clone();
+        probes.computer_use_features_coarse = probe.coarse.clone();
+    }
     let hello = handshake::build_hello(
         &session.identity,
         &kind,
         root.as_deref(),
-        &session.advertised,
-        session.probes.clone(),
+        &advertised,
+        probes,
     );
     let hello_id = session::fresh_id();
     let frame = Frame::new(hello_id.clone(), session::now_ts(), Message::Hello(hello));
@@ -471,14 +489,9 @@ fn handshake(
         }
         Err(e) => return Err(disconnect(session, &e.audit_reason(), Next::Backoff)),
     };
-    let failure = match handshake::check_ack(
-        &hello_id,
-        &kind,
-        &session.advertised,
-        session.ceilings,
-        input,
-    ) {
-        Ok(negotiated) => return Ok(negotiated),
+    let failure = match handshake::check_ack(&hello_id, &kind, &advertised, session.ceilings, input)
+    {
+        Ok(negotiated) => return Ok((negotiated, desktop)),
         Err(failure) => failure,
     };
     if let Some(close) = failure.close() {

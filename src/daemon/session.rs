@@ -235,6 +235,9 @@ pub struct Setup {
     /// The byte budget of responses waiting on all child runtimes together;
     /// `None` in legacy mode and on the control connection.
     pub machine_bytes: Option<ByteBudget>,
+    /// The desktop as this connection's HELLO probed it; `None` when
+    /// computer use is switched off.
+    pub desktop: Option<Arc<crate::desktop::ConnectionDesktop>>,
 }
 
 impl std::fmt::Debug for Setup {
@@ -691,6 +694,29 @@ fn route(
     if !healthy(shared) {
         return Some(handlers::error(ErrorCode::InternalError, AUDIT_UNHEALTHY));
     }
+    if capability == Capability::ComputerUse {
+        let handled = match &setup.desktop {
+            Some(connection) => {
+                let ctx = handlers::DesktopContext {
+                    connection,
+                    max_file_size_bytes: setup.max_file_size_bytes,
+                };
+                let screenshot = || data.commands.screenshot();
+                handlers::handle_desktop(&ctx, id, message, &screenshot)
+            }
+            // The local switch is off: the grant cannot have matched an
+            // advertisement, answered all the same.
+            None => handlers::Handled {
+                reply: Some(handlers::error(
+                    ErrorCode::CapabilityNotGranted,
+                    "Computer use is not enabled on this shim.",
+                )),
+                audit: None,
+                leftover_group: None,
+            },
+        };
+        return finish(shared, handled);
+    }
     if !matches!(capability, Capability::Files | Capability::Shell) {
         // Granted but not built: unreachable while such capabilities are
         // never advertised, answered rather than ignored all the same.
@@ -721,11 +747,16 @@ fn route(
         shell_enabled: data.shell_enabled,
     };
     let handled = handlers::handle(&ctx, id, message, &setup.granted, command);
+    finish(shared, handled)
+}
+
+/// Makes a handled request's record durable, then gives its reply.
+fn finish(shared: &Shared, handled: handlers::Handled) -> Option<Message> {
     if let Some(group) = handled.leftover_group {
         lock(&shared.leftovers).push(group);
     }
     if let Some(entry) = handled.audit {
-        if setup.audit.submit(entry).wait().is_err() {
+        if shared.setup.audit.submit(entry).wait().is_err() {
             shared.audit_failed.store(true, Ordering::SeqCst);
             return Some(handlers::error(ErrorCode::InternalError, AUDIT_FAILED));
         }

@@ -16,6 +16,8 @@
 //! `ERROR` code, message and `details` — and the audit record's error
 //! code — here and nowhere else.
 
+mod desktop;
+
 use std::time::Instant;
 
 use rustix::process::Pid;
@@ -27,13 +29,18 @@ use crate::files::{self, FileContext, FileError};
 use crate::jail::RejectionKind;
 use crate::protocol::{CommandResult, ErrorCode, ErrorPayload, Message, MessageType};
 
+pub use desktop::{DesktopContext, handle as handle_desktop};
+
 /// The machine-wide command limits (EXEC.md §8.3–§8.4): the rate window
 /// first, then the concurrency limit. A permit is held for the command's
-/// whole run and released on drop.
+/// whole run and released on drop. Also the machine-wide screenshot rate
+/// (EXEC.md §8.5).
 pub trait CommandGate: Sync {
     /// Takes a rate slot and a concurrency slot, or says which limit
     /// refused (the exact wire message). Never waits.
     fn enter(&self) -> CommandEntry;
+    /// Takes a screenshot slot, or says (the exact wire message) why not.
+    fn screenshot(&self) -> Result<(), String>;
 }
 
 /// What the command limits said when a command was admitted: the permit to
@@ -481,5 +488,10 @@ impl CommandGate for super::capacity::MachineLimits {
             Ok(slot) => Ok(Box::new(slot)),
             Err(refused) => Err(refused.message()),
         }
+    }
+
+    fn screenshot(&self) -> Result<(), String> {
+        self.start_screenshot(Instant::now())
+            .map_err(|refused| refused.message())
     }
 }
