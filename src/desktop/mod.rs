@@ -76,6 +76,54 @@ impl Settings {
     }
 }
 
+/// What `doctor` learns of a display, read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inspection {
+    /// This build has no desktop support.
+    NotBuilt,
+    /// No connection (the reason says why: no `DISPLAY`, refused, no XTEST
+    /// or RandR).
+    Unreachable(String),
+    /// Connected, with what the operations would find.
+    Reachable {
+        /// EWMH window management (CAPABILITIES.md §4.1).
+        window_management: bool,
+        /// The monitors' rectangles, primary first; `Err` when they cannot
+        /// be enumerated.
+        monitors: Result<Vec<geometry::Rect>, String>,
+    },
+}
+
+/// Connects to `display` the way the operations would and reports what it
+/// finds; changes nothing on the display.
+pub fn inspect(display: Option<&str>) -> Inspection {
+    if !BUILT {
+        return Inspection::NotBuilt;
+    }
+    let Some(name) = display.filter(|d| !d.is_empty()) else {
+        return Inspection::Unreachable("DISPLAY is not set".into());
+    };
+    inspect_display(name)
+}
+
+#[cfg(all(feature = "desktop", target_os = "linux"))]
+fn inspect_display(name: &str) -> Inspection {
+    match x11::Display::open(name) {
+        Err(reason) => Inspection::Unreachable(reason),
+        Ok(display) => Inspection::Reachable {
+            window_management: display.window_management(),
+            monitors: display
+                .monitors()
+                .map(|monitors| monitors.into_iter().map(|m| m.rect).collect()),
+        },
+    }
+}
+
+#[cfg(not(all(feature = "desktop", target_os = "linux")))]
+fn inspect_display(_name: &str) -> Inspection {
+    Inspection::NotBuilt
+}
+
 /// What the dependency check found at one HELLO (CAPABILITIES.md §2, §4.1).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Probe {

@@ -20,6 +20,7 @@ use crate::config::autostart::Autostart;
 use crate::config::autostart::manager::{self, UserManager};
 use crate::config::{Config, Environment, Mode, Platform};
 use crate::control::browse::{RootSources, virtual_roots};
+use crate::desktop;
 use crate::exec::spawner::{Containment, Mechanism};
 use crate::jail::roots::{self, Inspected};
 use crate::protocol::hello_rules;
@@ -74,7 +75,10 @@ pub fn checks(config: &Config, env: &Environment) -> Local {
             clipboard: config.enable_clipboard,
         },
     ));
-    checks.push(Check::warn("display", "computer use not built in"));
+    checks.extend(desktop_checks(config, &|name| {
+        env.get_non_empty(name)
+            .map(|v| v.to_string_lossy().into_owned())
+    }));
     checks.push(containment());
     checks.push(autostart(config, env));
 
@@ -410,9 +414,10 @@ pub struct Requested {
 
 /// §10.2 item 4, for `platform` (`None`: an OS the platform does not
 /// support, named `os_name`); `var` reads a non-empty environment
-/// variable. This build has no computer-use support, so what it would
-/// probe is reported as unavailable: blocking exactly where §10.2 makes
-/// the check block when computer use is requested.
+/// variable. On Linux the display is probed the way computer use would
+/// (read-only); a build without computer-use support reports what it
+/// would probe as unavailable. Blocking exactly where §10.2 makes the
+/// check block when computer use is requested.
 pub fn platform_checks(
     platform: Option<Platform>,
     os_name: &str,
@@ -423,15 +428,46 @@ pub fn platform_checks(
     match platform {
         Some(Platform::Linux) => {
             let mut checks = vec![display_server(var, requested.computer_use)];
-            checks.push(Check::warn(
-                "wmctrl",
-                "window management is not built in (window listing and focus unavailable)",
-            ));
+            let inspection = desktop::inspect(var("DISPLAY").as_deref());
+            checks.push(match &inspection {
+                desktop::Inspection::NotBuilt => Check::warn(
+                    "wmctrl",
+                    "window management is not built in (window listing and focus unavailable)",
+                ),
+                desktop::Inspection::Reachable {
+                    window_management: true,
+                    ..
+                } => Check::ok("wmctrl", "EWMH window manager found"),
+                desktop::Inspection::Reachable { .. } => Check::warn(
+                    "wmctrl",
+                    "the window manager does not support EWMH (window listing and focus \
+                     unavailable)",
+                ),
+                desktop::Inspection::Unreachable(why) => Check::warn(
+                    "wmctrl",
+                    format!(
+                        "no display: {} (window listing and focus unavailable)",
+                        one_line(why)
+                    ),
+                ),
+            });
             if requested.clipboard {
-                checks.push(Check::warn(
-                    "clipboard tools",
-                    "clipboard support is not built in (clipboard operations unavailable)",
-                ));
+                checks.push(match &inspection {
+                    desktop::Inspection::NotBuilt => Check::warn(
+                        "clipboard tools",
+                        "clipboard support is not built in (clipboard operations unavailable)",
+                    ),
+                    desktop::Inspection::Reachable { .. } => {
+                        Check::ok("clipboard tools", "native X11 CLIPBOARD selection")
+                    }
+                    desktop::Inspection::Unreachable(why) => Check::warn(
+                        "clipboard tools",
+                        format!(
+                            "no display: {} (clipboard operations unavailable)",
+                            one_line(why)
+                        ),
+                    ),
+                });
             }
             checks
         }
@@ -470,6 +506,57 @@ pub fn platform_checks(
             format!("{} is not a platform the shim supports", one_line(os_name)),
         )],
     }
+}
+
+/// §10.2 item 5, `display`: the monitors computer use would see, and this
+/// shim's own `screenshot_mask` line: what every screenshot leaves black.
+fn desktop_checks(config: &Config, var: &dyn Fn(&str) -> Option<String>) -> Vec<Check> {
+    let display = match desktop::inspect(var("DISPLAY").as_deref()) {
+        desktop::Inspection::NotBuilt => Check::warn("display", "computer use not built in"),
+        desktop::Inspection::Unreachable(why) => {
+            Check::warn("display", format!("none found: {}", one_line(&why)))
+        }
+        desktop::Inspection::Reachable {
+            monitors: Err(why), ..
+        } => Check::warn(
+            "display",
+            format!("the displays cannot be enumerated: {}", one_line(&why)),
+        ),
+        desktop::Inspection::Reachable {
+            monitors: Ok(monitors),
+            ..
+        } if monitors.is_empty() => Check::warn("display", "none found"),
+        desktop::Inspection::Reachable {
+            monitors: Ok(monitors),
+            ..
+        } => {
+            let sizes: Vec<String> = monitors
+                .iter()
+                .map(|m| format!("{}x{}", m.w, m.h))
+                .collect();
+            Check::ok(
+                "display",
+                format!("{} display(s): {}", monitors.len(), sizes.join(" + ")),
+            )
+        }
+    };
+    let mut checks = vec![display];
+    if desktop::BUILT {
+        let (classes, titles) = desktop::MaskRules::built_in();
+        let mut detail = format!(
+            "{} password-manager and passphrase-prompt window classes and {} title patterns \
+             always masked",
+            classes.len(),
+            titles.len()
+        );
+        let entries = config.screenshot_mask.entries();
+        if !entries.is_empty() {
+            let shown: Vec<String> = entries.iter().map(|e| one_line(e)).collect();
+            detail.push_str(&format!("; also {}", shown.join(", ")));
+        }
+        checks.push(Check::info("screenshot_mask", detail));
+    }
+    checks
 }
 
 /// Linux `display_server`: the session type from `XDG_SESSION_TYPE`, else
