@@ -124,6 +124,34 @@ fn inspect_display(_name: &str) -> Inspection {
     Inspection::NotBuilt
 }
 
+/// Captures of the whole root window on a connection of their own: the
+/// bare work of a screenshot without the lock, the mask, the audit record
+/// or the wire, which the benchmark measures a screenshot request against.
+#[cfg(all(feature = "desktop", target_os = "linux"))]
+#[derive(Debug)]
+pub struct RootCapture(x11::Display);
+
+#[cfg(all(feature = "desktop", target_os = "linux"))]
+impl RootCapture {
+    pub fn open(display: &str) -> Result<RootCapture, String> {
+        x11::Display::open(display).map(RootCapture)
+    }
+
+    /// One capture, encoded as `format` at `quality`.
+    pub fn capture(
+        &self,
+        format: crate::protocol::ImageFormat,
+        quality: i64,
+    ) -> Result<Vec<u8>, String> {
+        let [w, h] = self.0.root_size();
+        let image = self.0.capture(geometry::Rect::new(0, 0, w, h))?;
+        match format {
+            crate::protocol::ImageFormat::Jpeg => encode::jpeg(&image, quality),
+            crate::protocol::ImageFormat::Png => encode::png(&image),
+        }
+    }
+}
+
 /// What the dependency check found at one HELLO (CAPABILITIES.md §2, §4.1).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Probe {
