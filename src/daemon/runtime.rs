@@ -436,6 +436,14 @@ fn handshake(
         .desktop
         .as_ref()
         .map(|desktop| Arc::new(ConnectionDesktop::probe_for_hello(desktop)));
+    if let Some(why) = desktop
+        .as_ref()
+        .and_then(|d| d.probe().unavailable_because.as_deref())
+    {
+        session
+            .log
+            .warn(COMPONENT, format!("computer use is not offered: {why}"));
+    }
     let mut advertised = session.advertised.clone();
     let mut probes = session.probes.clone();
     if let Some(probe) = desktop.as_ref().map(|d| d.probe()).filter(|p| p.available) {

@@ -269,6 +269,13 @@ impl Desktop {
         if points.clone().any(|p| inside_any(&masked.areas, *p)) {
             return Err(DesktopError::masked("input"));
         }
+        // A wheel turned without a coordinate acts where the pointer is.
+        if matches!(plan, Plan::Scroll { at: None, .. }) {
+            let pointer = display.pointer().map_err(display_error("input"))?;
+            if inside_any(&masked.areas, pointer) {
+                return Err(DesktopError::masked("input"));
+            }
+        }
         if plan.uses_keyboard() {
             let focus = display.input_focus().and_then(|w| display.top_of(w));
             if focus.is_some_and(|top| masked.windows.contains(&top)) {
