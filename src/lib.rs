@@ -64,6 +64,8 @@ pub mod files;
 #[forbid(unsafe_code)]
 pub mod jail;
 #[forbid(unsafe_code)]
+pub mod llm;
+#[forbid(unsafe_code)]
 pub mod log;
 #[forbid(unsafe_code)]
 pub mod protocol;

@@ -17,7 +17,7 @@ use autogpt_shim::control::{
     ChildTemplate, Children, ControlPlane, ControlSettings, GrantKey, Revisions,
 };
 use autogpt_shim::daemon::{
-    self, CommandGate, ConnectionKind, Credentials, DataPlane, Gates, Identity, Limits,
+    self, CommandGate, ConnectionKind, Credentials, DataPlane, Identity, Limits,
     MachineLimitSettings, MachineLimits, MachineWorkPool, Plane, Renewal, Serving, WORKERS,
     WorkerThreads,
 };
@@ -74,9 +74,6 @@ fn fixture() -> Fixture {
         platform: Platform::Linux,
         arch: autogpt_shim::config::Arch::X86_64,
     };
-    let data_kind = ConnectionKind::Data {
-        session_id: String::new(),
-    };
     let stop = Arc::new(AtomicBool::new(false));
     let machine_pool = Arc::new(MachineWorkPool::new(NonZeroU64::new(4).unwrap()));
     let template = ChildTemplate {
@@ -84,8 +81,7 @@ fn fixture() -> Fixture {
         connector: Arc::new(connector),
         credentials: Arc::new(NoToken),
         identity: identity.clone(),
-        advertised: daemon::advertised_capabilities(&Gates::default(), &data_kind),
-        desktop: None,
+        optional: daemon::Optional::default(),
         backoff: Backoff {
             base: 0.05,
             max_delay: 0.2,

@@ -141,7 +141,7 @@ fn setup_limited(
         activity: None,
         machine_pool: None,
         machine_bytes: None,
-        desktop: None,
+        found: Default::default(),
     };
     (setup, log, root, audit_path)
 }

@@ -28,11 +28,10 @@ use crate::control::bindings::Revisions;
 use crate::control::children::{ChildTemplate, Children};
 use crate::control::grant::GrantKey;
 use crate::control::plane::{ControlPlane, ControlSettings, IDLE_AFTER, REAP_INTERVAL};
+use crate::daemon::Optional;
 use crate::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
 use crate::daemon::handlers::CommandGate;
-use crate::daemon::handshake::{
-    self, ConnectionKind, Gates, Identity, Limits, Probes, advertised_capabilities,
-};
+use crate::daemon::handshake::{ConnectionKind, Gates, Identity, Limits, advertised_capabilities};
 use crate::daemon::pool::{WORKERS, WorkerThreads};
 use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
@@ -44,6 +43,7 @@ use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
 use crate::jail::roots::{self, Inspected};
 use crate::jail::{Jail, JailOptions, ProtectedLocations};
+use crate::llm::LocalLlm;
 use crate::log::Log;
 use crate::protocol::{Backoff, HelloField, hello_rules};
 use crate::secrets::{ErrorClass, KeyOrigin, SecretError, SecretStore, Tokens, passphrase};
@@ -583,9 +583,15 @@ impl Running {
             MachineLimitSettings::from_config(config),
         ));
         let gates = Gates::from_config(config);
-        let desktop = config
-            .enable_computer_use
-            .then(|| Arc::new(Desktop::new(desktop_settings(config, &host_env))));
+        let optional = Optional {
+            gates,
+            desktop: config
+                .enable_computer_use
+                .then(|| Arc::new(Desktop::new(desktop_settings(config, &host_env)))),
+            llm: config
+                .enable_local_llm
+                .then(|| Arc::new(LocalLlm::new(true, &config.ollama_url))),
+        };
         let ceilings = Limits::from_config(config);
         let backoff = Backoff {
             base: config.reconnect_base_delay,
@@ -605,13 +611,9 @@ impl Running {
                 umask,
             })
         };
-        let (url, kind, plane, control): (String, ConnectionKind, Arc<dyn Plane>, _) = match daemon
-        {
+        let (url, plane, control): (String, Arc<dyn Plane>, _) = match daemon {
             Daemon::Legacy { session_id, jail } => (
                 config.endpoints.session_url(&session_id),
-                ConnectionKind::Data {
-                    session_id: session_id.clone(),
-                },
                 Arc::new(DataSession {
                     session_id,
                     data: data_plane(jail),
@@ -623,16 +625,12 @@ impl Running {
             ),
             Daemon::Control => {
                 let machine_pool = Arc::new(MachineWorkPool::new(ceilings.max_concurrent));
-                let data_kind = ConnectionKind::Data {
-                    session_id: String::new(),
-                };
                 let template = ChildTemplate {
                     endpoints: config.endpoints.clone(),
                     connector: Arc::clone(&connector),
                     credentials: credentials.clone(),
                     identity: identity.clone(),
-                    advertised: handshake::advertised_capabilities(&gates, &data_kind),
-                    desktop: desktop.clone(),
+                    optional: optional.clone(),
                     backoff,
                     audit: audit.clone(),
                     log: log.clone(),
@@ -660,7 +658,6 @@ impl Running {
                 let control = Arc::new(ControlPlane::new(settings, children, machine_pool));
                 (
                     config.endpoints.control_url().to_owned(),
-                    ConnectionKind::Control,
                     Arc::clone(&control) as Arc<dyn Plane>,
                     Some(control),
                 )
@@ -678,10 +675,8 @@ impl Running {
             url,
             connector,
             credentials,
-            advertised: handshake::advertised_capabilities(&gates, &kind),
             identity,
-            probes: Probes::default(),
-            desktop,
+            optional,
             ceilings,
             backoff,
             audit: AuditSink::Log(audit),

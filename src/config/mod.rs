@@ -124,8 +124,7 @@ pub struct Settings {
     /// `enable_computer_use`; a build without desktop support refuses to
     /// switch it on ([`unavailable_feature`]).
     pub enable_computer_use: bool,
-    /// `enable_local_llm`: always false in this build, which refuses to switch it
-    /// on ([`unavailable_feature`]).
+    /// `enable_local_llm`.
     pub enable_local_llm: bool,
     /// `enable_hardware`: always false in this build, which refuses to switch it
     /// on ([`unavailable_feature`]).
@@ -655,10 +654,7 @@ fn default_display_name(hostname: &str) -> String {
 /// the user a capability that is never served, so switched on in any source
 /// it is refused like an invalid value. An entry leaves this list when its
 /// feature arrives.
-const UNAVAILABLE: &[(&str, &str)] = &[
-    ("enable_local_llm", "the local LLM"),
-    ("enable_hardware", "hardware access"),
-];
+const UNAVAILABLE: &[(&str, &str)] = &[("enable_hardware", "hardware access")];
 
 /// The switches of computer use, unavailable in a build without desktop
 /// support (the `desktop` feature, Linux only).

@@ -21,13 +21,13 @@ use super::bindings::Binding;
 use crate::audit::AuditLog;
 use crate::daemon::backlog::{ByteBudget, MACHINE_BACKLOG_BYTES};
 use crate::daemon::capacity::MachineWorkPool;
-use crate::daemon::handshake::{Identity, Limits, Probes};
+use crate::daemon::handshake::{Identity, Limits};
 use crate::daemon::pool::WorkerThreads;
 use crate::daemon::runtime::{self, Credentials, DataSession, RuntimeEnd, Session};
 use crate::daemon::session::{Activity, AuditSink, DataPlane};
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
-use crate::protocol::{Backoff, Capability};
+use crate::protocol::Backoff;
 use crate::transport::Connector;
 
 /// Live children at most.
@@ -51,10 +51,8 @@ pub struct ChildTemplate {
     pub credentials: Arc<dyn Credentials + Send>,
     /// `machine_id`, `display_name`, platform, arch.
     pub identity: Identity,
-    /// HELLO capabilities of a data connection (no `directory_browse`).
-    pub advertised: Vec<Capability>,
-    /// The machine-wide desktop, when computer use is switched on.
-    pub desktop: Option<Arc<crate::desktop::Desktop>>,
+    /// The switches and services of the optional capabilities.
+    pub optional: crate::daemon::Optional,
     /// Reconnect delays.
     pub backoff: Backoff,
     /// The shared writer; each child binds it to its session.
@@ -73,7 +71,7 @@ pub struct ChildTemplate {
 impl std::fmt::Debug for ChildTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChildTemplate")
-            .field("advertised", &self.advertised)
+            .field("gates", &self.optional.gates)
             .finish_non_exhaustive()
     }
 }
@@ -255,9 +253,7 @@ impl Children {
             connector: Arc::clone(&t.connector),
             credentials: Arc::clone(&t.credentials),
             identity: t.identity.clone(),
-            advertised: t.advertised.clone(),
-            probes: Probes::default(),
-            desktop: t.desktop.clone(),
+            optional: t.optional.clone(),
             ceilings,
             backoff: t.backoff,
             audit: AuditSink::Session(audit),

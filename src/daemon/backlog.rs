@@ -128,7 +128,6 @@ impl Backlog {
     }
 
     /// Bytes this connection has waiting.
-    #[cfg(test)]
     pub fn used(&self) -> u64 {
         self.connection.used()
     }

@@ -135,21 +135,6 @@ pub fn advertised_capabilities(gates: &Gates, kind: &ConnectionKind) -> Vec<Capa
         .collect()
 }
 
-/// `capabilities` with `computer_use` added in its place of the order of
-/// [`advertised_capabilities`], once the desktop probe of a HELLO passed.
-pub fn with_computer_use(capabilities: &[Capability]) -> Vec<Capability> {
-    if capabilities.contains(&Capability::ComputerUse) {
-        return capabilities.to_vec();
-    }
-    let at = capabilities
-        .iter()
-        .position(|c| !matches!(c, Capability::Shell | Capability::Files))
-        .unwrap_or(capabilities.len());
-    let mut all = capabilities.to_vec();
-    all.insert(at, Capability::ComputerUse);
-    all
-}
-
 /// Who this shim is, as `HELLO` reports it. The same for every connection
 /// of the process.
 #[derive(Debug, Clone, PartialEq, Eq)]

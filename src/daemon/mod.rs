@@ -13,6 +13,7 @@
 
 pub(crate) mod backlog;
 pub(crate) mod capacity;
+pub(crate) mod features;
 pub(crate) mod handlers;
 pub(crate) mod handshake;
 mod link;
@@ -24,6 +25,8 @@ pub(crate) mod session;
 
 /// The machine-wide command and screenshot limits and the machine work pool.
 pub use capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
+/// The optional capabilities, checked at each HELLO.
+pub use features::{ConnectionLlm, Found, Optional};
 /// The command gate, and how an operation's failure and a command's outcome
 /// become a wire code and an audit result.
 pub use handlers::{CommandGate, OperationError, command_audit_result, rejection_code};

@@ -22,18 +22,18 @@ use zeroize::Zeroizing;
 
 use super::backlog::ByteBudget;
 use super::capacity::MachineWorkPool;
+use super::features::{Found, Optional};
 use super::handshake::{
-    self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits, Probes,
+    self, AckInput, AfterFailure, ConnectionKind, HELLO_ACK_WAIT, Identity, Limits,
 };
 use super::link::{LinkIn, LinkOut};
 use super::pool::WorkerThreads;
 use super::refusal::{PlatformRefusal, REFUSAL_RETRIES, RefusalKind};
 use super::session::{self, Activity, AuditSink, DataPlane, End, Serving, Setup};
 use crate::audit::{Details, Entry, Outcome};
-use crate::desktop::ConnectionDesktop;
 use crate::log::Log;
 use crate::protocol::{
-    self, Backoff, Capability, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
+    self, Backoff, CloseAction, Frame, MAX_WEBSOCKET_MESSAGE_BYTES, Message, ShimClose,
     TerminalClose, classify_close,
 };
 use crate::text::excerpt;
@@ -152,13 +152,9 @@ pub struct Session {
     pub credentials: Arc<dyn Credentials + Send>,
     /// `machine_id`, `display_name`, platform, arch.
     pub identity: Identity,
-    /// What HELLO advertises whatever the probes find.
-    pub advertised: Vec<Capability>,
-    /// Optional feature facts for HELLO.
-    pub probes: Probes,
-    /// The desktop, when computer use is switched on: probed at every
-    /// HELLO, and `computer_use` advertised only when the probe passes.
-    pub desktop: Option<Arc<crate::desktop::Desktop>>,
+    /// The switches and the services of the optional capabilities, checked
+    /// at every HELLO.
+    pub optional: Optional,
     /// The local ceilings of the negotiated limits.
     pub ceilings: Limits,
     /// Reconnect delays.
@@ -180,7 +176,7 @@ impl std::fmt::Debug for Session {
         f.debug_struct("Session")
             .field("url", &self.url)
             .field("kind", &self.plane.kind())
-            .field("advertised", &self.advertised)
+            .field("gates", &self.optional.gates)
             .finish_non_exhaustive()
     }
 }
@@ -328,7 +324,7 @@ fn attempt_once(
         Ok(halves) => halves,
         Err(e) => return disconnect(session, &e.audit_reason(), Next::Backoff),
     };
-    let (negotiated, desktop) = match handshake(session, &mut reader, &writer) {
+    let (negotiated, found) = match handshake(session, &mut reader, &writer) {
         Ok(done) => done,
         Err(next) => return next,
     };
@@ -370,7 +366,7 @@ fn attempt_once(
         activity: session.plane.activity(),
         machine_pool: session.plane.machine_pool(),
         machine_bytes: session.plane.machine_bytes(),
-        desktop,
+        found,
     };
     let inbound = LinkIn::new(reader, writer.clone());
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
@@ -428,36 +424,18 @@ fn handshake(
     session: &Session,
     reader: &mut Reader,
     writer: &Writer,
-) -> Result<(handshake::Negotiated, Option<Arc<ConnectionDesktop>>), Next> {
+) -> Result<(handshake::Negotiated, Found), Next> {
     let kind = session.plane.kind();
     let root = session.plane.hello_root();
-    // CAPABILITIES.md §4.1: probed at each HELLO, sticky for the connection.
-    let desktop = session
-        .desktop
-        .as_ref()
-        .map(|desktop| Arc::new(ConnectionDesktop::probe_for_hello(desktop)));
-    if let Some(why) = desktop
-        .as_ref()
-        .and_then(|d| d.probe().unavailable_because.as_deref())
-    {
-        session
-            .log
-            .warn(COMPONENT, format!("computer use is not offered: {why}"));
-    }
-    let mut advertised = session.advertised.clone();
-    let mut probes = session.probes.clone();
-    if let Some(probe) = desktop.as_ref().map(|d| d.probe()).filter(|p| p.available) {
-        advertised = handshake::with_computer_use(&advertised);
-        probes.screen_resolution = probe.screen_resolution;
-        probes.computer_use_features = probe.features.clone();
-        probes.computer_use_features_coarse = probe.coarse.clone();
-    }
+    // CAPABILITIES.md §2: checked at each HELLO, kept for the connection.
+    let (advertisement, found) = session.optional.probe(&kind, &session.log);
+    let advertised = advertisement.capabilities;
     let hello = handshake::build_hello(
         &session.identity,
         &kind,
         root.as_deref(),
         &advertised,
-        probes,
+        advertisement.probes,
     );
     let hello_id = session::fresh_id();
     let frame = Frame::new(hello_id.clone(), session::now_ts(), Message::Hello(hello));
@@ -499,7 +477,7 @@ fn handshake(
     };
     let failure = match handshake::check_ack(&hello_id, &kind, &advertised, session.ceilings, input)
     {
-        Ok(negotiated) => return Ok((negotiated, desktop)),
+        Ok(negotiated) => return Ok((negotiated, found)),
         Err(failure) => failure,
     };
     if let Some(close) = failure.close() {

@@ -235,9 +235,9 @@ pub struct Setup {
     /// The byte budget of responses waiting on all child runtimes together;
     /// `None` in legacy mode and on the control connection.
     pub machine_bytes: Option<ByteBudget>,
-    /// The desktop as this connection's HELLO probed it; `None` when
-    /// computer use is switched off.
-    pub desktop: Option<Arc<crate::desktop::ConnectionDesktop>>,
+    /// What the optional capabilities' checks found at this connection's
+    /// HELLO.
+    pub found: super::features::Found,
 }
 
 impl std::fmt::Debug for Setup {
@@ -694,8 +694,28 @@ fn route(
     if !healthy(shared) {
         return Some(handlers::error(ErrorCode::InternalError, AUDIT_UNHEALTHY));
     }
+    if capability == Capability::LocalLlm {
+        let handled = match (&setup.found.llm, message) {
+            (Some(llm), Message::LocalLlmCompletion(req)) => {
+                let mut chunks = Chunks { shared, id };
+                let cancelled = || shared.cancel.is_cancelled();
+                handlers::handle_completion(llm, id, req, &setup.granted, &mut chunks, &cancelled)
+            }
+            // The local switch is off: the grant cannot have matched an
+            // advertisement, answered all the same.
+            _ => handlers::Handled {
+                reply: Some(handlers::not_granted(
+                    Capability::LocalLlm.as_str(),
+                    &setup.granted,
+                )),
+                audit: None,
+                leftover_group: None,
+            },
+        };
+        return finish(shared, handled);
+    }
     if capability == Capability::ComputerUse {
-        let handled = match &setup.desktop {
+        let handled = match &setup.found.desktop {
             Some(connection) => {
                 let ctx = handlers::DesktopContext {
                     connection,
@@ -748,6 +768,38 @@ fn route(
     };
     let handled = handlers::handle(&ctx, id, message, &setup.granted, command);
     finish(shared, handled)
+}
+
+/// Bytes of this connection's frames that may wait to be sent before a
+/// streaming completion waits for the platform to read: the upstream stream
+/// is then not read either, so a fast model and a slow platform hold at
+/// most this much.
+const CHUNK_BACKLOG_BYTES: u64 = 256 * 1024;
+
+/// The chunks of a streaming completion on their way to the writer, on the
+/// lane of the final response so that they arrive before it.
+struct Chunks<'a> {
+    shared: &'a Shared,
+    id: &'a str,
+}
+
+impl crate::llm::ChunkSink for Chunks<'_> {
+    fn send(&mut self, chunk: crate::protocol::LocalLlmCompletionChunk) {
+        // `pending_capacity` stays null on a chunk (PROTOCOL.md §9.1).
+        let frame = Frame::new(self.id, now_ts(), Message::LocalLlmCompletionChunk(chunk));
+        let Ok(bytes) = protocol::encode(&frame) else {
+            return;
+        };
+        drop(frame);
+        while self.shared.backlog.used() > CHUNK_BACKLOG_BYTES {
+            if self.shared.cancel.is_cancelled() || self.shared.send_failed.get().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let held = self.shared.backlog.hold(bytes.len());
+        let _ = self.shared.tx.send(Out::Frame(bytes, held));
+    }
 }
 
 /// Makes a handled request's record durable, then gives its reply.

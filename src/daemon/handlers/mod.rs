@@ -17,6 +17,7 @@
 //! code — here and nowhere else.
 
 mod desktop;
+mod llm;
 
 use std::time::Instant;
 
@@ -30,6 +31,7 @@ use crate::jail::RejectionKind;
 use crate::protocol::{CommandResult, ErrorCode, ErrorPayload, Message, MessageType};
 
 pub use desktop::{DesktopContext, handle as handle_desktop};
+pub use llm::handle as handle_completion;
 
 /// The machine-wide command limits (EXEC.md §8.3–§8.4): the rate window
 /// first, then the concurrency limit. A permit is held for the command's
