@@ -17,9 +17,8 @@ use autogpt_shim::control::{
     ChildTemplate, Children, ControlPlane, ControlSettings, GrantKey, Revisions,
 };
 use autogpt_shim::daemon::{
-    self, CommandGate, ConnectionKind, Credentials, DataPlane, Identity, Limits,
-    MachineLimitSettings, MachineLimits, MachineWorkPool, Plane, Renewal, Serving, WORKERS,
-    WorkerThreads,
+    self, CommandGate, Credentials, DataPlane, Identity, Limits, MachineLimitSettings,
+    MachineLimits, MachineWorkPool, Plane, Renewal, Serving, WORKERS, WorkerThreads,
 };
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::JailOptions;
