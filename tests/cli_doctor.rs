@@ -42,6 +42,7 @@ const CONTROL_LABELS: &[&str] = &[
     "display_server",
     "wmctrl",
     "display",
+    "local_llm",
     "containment",
     "autostart",
     "endpoint",

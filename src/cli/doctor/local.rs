@@ -79,6 +79,7 @@ pub fn checks(config: &Config, env: &Environment) -> Local {
         env.get_non_empty(name)
             .map(|v| v.to_string_lossy().into_owned())
     }));
+    checks.push(local_llm(config));
     checks.push(containment());
     checks.push(autostart(config, env));
 
@@ -557,6 +558,38 @@ fn desktop_checks(config: &Config, var: &dyn Fn(&str) -> Option<String>) -> Vec<
         checks.push(Check::info("screenshot_mask", detail));
     }
     checks
+}
+
+/// `local_llm` (this shim's own): the model list `start` would advertise,
+/// asked of Ollama the same way (CAPABILITIES.md §5.1). Never blocking: a
+/// local LLM that is down only leaves the capability out.
+fn local_llm(config: &Config) -> Check {
+    const LABEL: &str = "local_llm";
+    if !config.enable_local_llm {
+        return Check::info(LABEL, "not requested in config");
+    }
+    let llm = crate::llm::LocalLlm::new(true, &config.ollama_url);
+    let url = one_line(llm.url());
+    match llm.models() {
+        Ok(models) if models.is_empty() => Check::warn(
+            LABEL,
+            format!("{url} answers but has no models: the capability will not be offered"),
+        ),
+        Ok(models) => {
+            let names: Vec<String> = models.iter().map(|m| one_line(m)).collect();
+            Check::ok(
+                LABEL,
+                format!("{url}: {} model(s): {}", models.len(), names.join(", ")),
+            )
+        }
+        Err(why) => Check::warn(
+            LABEL,
+            format!(
+                "{url} cannot be reached ({}): the capability will not be offered",
+                one_line(&why)
+            ),
+        ),
+    }
 }
 
 /// Linux `display_server`: the session type from `XDG_SESSION_TYPE`, else
