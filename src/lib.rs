@@ -15,6 +15,8 @@
 //! * [`files`] — the `FILE_*` operations on descriptors the jail hands out.
 //! * [`exec`] — `EXECUTE_COMMAND`: environment, shell, jailed working
 //!   directory, output budget and the timeout's termination sequence.
+//! * [`hardware`] — the hardware dependency checks and the serial, USB and
+//!   GPIO devices of `HELLO.hardware_devices`, read from sysfs and `/dev`.
 //! * [`daemon`] — the running daemon: the handshake's decisions (what to
 //!   advertise, whether a `HELLO_ACK` is acceptable, the effective limits),
 //!   the served connection (reader, writer, admission, capability gate,
@@ -27,7 +29,8 @@
 //! * `text` — untrusted text made safe to show on one line.
 //! * [`cli`] — argument parsing and command dispatch for the binary.
 //! * `sys` — the few C library calls std and rustix lack (blocking and
-//!   waiting for termination signals, the commands' pre-exec hook).
+//!   waiting for termination signals, the commands' pre-exec hook, the GPIO
+//!   chip-information ioctl).
 //!
 //! The public surface exists for the binary, the integration tests, the
 //! benches, the example and the fuzz targets, and is not a stable API. The
@@ -61,6 +64,8 @@ pub mod exec;
 pub mod exit;
 #[forbid(unsafe_code)]
 pub mod files;
+#[forbid(unsafe_code)]
+pub mod hardware;
 #[forbid(unsafe_code)]
 pub mod jail;
 #[forbid(unsafe_code)]

@@ -7,8 +7,9 @@
 //! inode-generation query that folder identities use (CONTROL.md §6); the
 //! count of a socket's bytes its peer has not acknowledged (the keepalive);
 //! taking a secret variable out of the process environment, including the
-//! initial environment block the kernel shows in `/proc/<pid>/environ`; and
-//! the C allocator's threshold for giving large allocations back.
+//! initial environment block the kernel shows in `/proc/<pid>/environ`; the
+//! C allocator's threshold for giving large allocations back; and the GPIO
+//! chip-information ioctl of hardware discovery (CAPABILITIES.md §6).
 //!
 //! This is the one module allowed `unsafe` (CLI.md §4.2 hardening note:
 //! SIGTERM is what service managers send). Every block carries a `SAFETY`
@@ -422,3 +423,84 @@ pub fn return_large_allocations() {
 /// their own and unmap them when freed.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn return_large_allocations() {}
+
+/// `struct gpiochip_info` of `<linux/gpio.h>`: what `GPIO_GET_CHIPINFO_IOCTL`
+/// writes.
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GpioChipInfo {
+    /// The kernel's name of the chip (`gpiochip0`), NUL-terminated.
+    name: [u8; 32],
+    /// The functional name the driver gives it, NUL-terminated.
+    label: [u8; 32],
+    /// Number of GPIO lines.
+    lines: u32,
+}
+
+/// `GPIO_GET_CHIPINFO_IOCTL`, `_IOR(0xB4, 0x01, struct gpiochip_info)`.
+#[cfg(target_os = "linux")]
+const GPIO_GET_CHIPINFO_IOCTL: rustix::ioctl::Opcode =
+    rustix::ioctl::opcode::read::<GpioChipInfo>(0xB4, 0x01);
+
+// The layout the kernel writes: two 32-byte strings and a 32-bit count.
+#[cfg(target_os = "linux")]
+const _: () = assert!(std::mem::size_of::<GpioChipInfo>() == 68);
+
+/// The label and line count of the GPIO chip open as `fd`
+/// (`GPIO_GET_CHIPINFO_IOCTL`). The label is cut at its first NUL, with
+/// invalid UTF-8 replaced. Any descriptor that is not a GPIO character
+/// device fails (a regular file with `ENOTTY`), so callers need not know
+/// in advance what they opened.
+#[cfg(target_os = "linux")]
+pub fn gpio_chip_info(fd: BorrowedFd<'_>) -> io::Result<(String, u32)> {
+    use rustix::ioctl::{Getter, ioctl};
+    // SAFETY: the opcode is `GPIO_GET_CHIPINFO_IOCTL` as `<linux/gpio.h>`
+    // composes it, and `GpioChipInfo` is the `repr(C)` image of the
+    // `struct gpiochip_info` it names, whose size is encoded in the opcode:
+    // the kernel writes at most that many bytes into the getter's buffer,
+    // and every bit pattern is a valid `GpioChipInfo`. `fd` is borrowed
+    // open for the call.
+    let info = unsafe { ioctl(fd, Getter::<GPIO_GET_CHIPINFO_IOCTL, GpioChipInfo>::new()) }?;
+    let end = info
+        .label
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(info.label.len());
+    let label = String::from_utf8_lossy(&info.label[..end]).into_owned();
+    Ok((label, info.lines))
+}
+
+/// Other systems have no GPIO character devices.
+#[cfg(not(target_os = "linux"))]
+pub fn gpio_chip_info(_fd: BorrowedFd<'_>) -> io::Result<(String, u32)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "GPIO character devices exist only on Linux",
+    ))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    // Test fixtures fail loudly by design.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn gpio_chipinfo_opcode_is_the_kernel_header_value() {
+        // _IOC_READ (2) << 30 | sizeof (68) << 16 | 0xB4 << 8 | 0x01 on
+        // every architecture this shim builds for.
+        assert_eq!(u64::from(GPIO_GET_CHIPINFO_IOCTL), 0x8044_B401);
+    }
+
+    #[test]
+    fn gpio_chip_info_fails_on_what_is_not_a_gpio_chip() {
+        let file = tempfile::tempfile().unwrap();
+        let error = gpio_chip_info(file.as_fd()).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ENOTTY));
+        let null = std::fs::File::open("/dev/null").unwrap();
+        assert!(gpio_chip_info(null.as_fd()).is_err());
+    }
+}
