@@ -397,9 +397,10 @@ fn start_flags_switch_settings_on() {
     assert!(config.enable_recording);
 }
 
-/// The switches of capabilities this build does not implement, with the
-/// flag that sets each (where there is one) and its feature's name.
-const UNBUILT: [(&str, Option<&str>, &str); 5] = [
+/// The switches of capabilities a build without the `desktop` feature does
+/// not implement, with the flag that sets each and its feature's name.
+#[cfg(not(feature = "desktop"))]
+const UNBUILT: [(&str, Option<&str>, &str); 3] = [
     (
         "enable_computer_use",
         Some("--enable-computer-use"),
@@ -411,10 +412,9 @@ const UNBUILT: [(&str, Option<&str>, &str); 5] = [
         Some("--enable-clipboard-read-foreign"),
         "clipboard",
     ),
-    ("enable_local_llm", None, "local LLM"),
-    ("enable_hardware", None, "hardware"),
 ];
 
+#[cfg(not(feature = "desktop"))]
 fn assert_unavailable(error: &ConfigError, key: &str, source: &Source, feature: &str) {
     match error {
         ConfigError::Unavailable {
@@ -437,6 +437,7 @@ fn assert_unavailable(error: &ConfigError, key: &str, source: &Source, feature: 
 }
 
 #[test]
+#[cfg(not(feature = "desktop"))]
 fn switches_of_unbuilt_capabilities_are_refused_from_every_source() {
     for (key, flag, feature) in UNBUILT {
         let fx = Fixture::new();
@@ -467,8 +468,58 @@ fn switches_of_unbuilt_capabilities_are_refused_from_every_source() {
         let fx = Fixture::new().env(&variable, "false");
         let config = fx.config(&fx.file(&format!("{key} = false\n")));
         assert!(!config.enable_computer_use && !config.enable_clipboard);
-        assert!(!config.enable_local_llm && !config.enable_hardware);
     }
+}
+
+#[test]
+fn the_local_llm_and_hardware_switches_are_taken_from_every_source() {
+    for key in ["enable_local_llm", "enable_hardware"] {
+        let get = |config: &autogpt_shim::config::Config| match key {
+            "enable_local_llm" => config.enable_local_llm,
+            _ => config.enable_hardware,
+        };
+        let fx = Fixture::new();
+        assert!(
+            get(&fx.config(&fx.file(&format!("{key} = true\n")))),
+            "{key} file"
+        );
+        let variable = format!("AUTOGPT_SHIM_{}", key.to_uppercase());
+        let fx = Fixture::new().env(&variable, "yes");
+        assert!(get(&fx.config(&Overrides::default())), "{key} env");
+        assert!(
+            !get(&Fixture::new().config(&Overrides::default())),
+            "{key} default"
+        );
+    }
+}
+
+#[test]
+#[cfg(feature = "desktop")]
+fn a_desktop_build_takes_the_computer_use_switches_from_every_source() {
+    let fx = Fixture::new();
+    let config = fx.config(&fx.file(
+        "enable_computer_use = true\nenable_clipboard = true\nenable_clipboard_read_foreign = true\n",
+    ));
+    assert!(config.enable_computer_use && config.enable_clipboard);
+    assert!(config.enable_clipboard_read_foreign);
+    let overrides = Overrides {
+        enable_computer_use: true,
+        ..Overrides::default()
+    };
+    assert!(Fixture::new().config(&overrides).enable_computer_use);
+}
+
+#[test]
+fn screenshot_mask_entries_are_checked_when_the_configuration_loads() {
+    let fx = Fixture::new();
+    let config = fx.config(&fx.file("screenshot_mask = [\"class:Slack\", \"rect:0,0,10,10\"]\n"));
+    assert_eq!(
+        config.screenshot_mask.entries(),
+        ["class:Slack", "rect:0,0,10,10"]
+    );
+    let fx = Fixture::new();
+    let error = fx.error(&fx.file("screenshot_mask = [\"window:Slack\"]\n"));
+    assert!(error.to_string().contains("screenshot_mask"), "{error}");
 }
 
 #[test]

@@ -41,6 +41,7 @@ use crate::desktop::{self, Desktop};
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
+use crate::hardware::Roots;
 use crate::jail::roots::{self, Inspected};
 use crate::jail::{Jail, JailOptions, ProtectedLocations};
 use crate::llm::LocalLlm;
@@ -591,6 +592,7 @@ impl Running {
             llm: config
                 .enable_local_llm
                 .then(|| Arc::new(LocalLlm::new(true, &config.ollama_url))),
+            hardware: config.enable_hardware.then(Roots::system),
         };
         let ceilings = Limits::from_config(config);
         let backoff = Backoff {

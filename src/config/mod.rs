@@ -126,8 +126,7 @@ pub struct Settings {
     pub enable_computer_use: bool,
     /// `enable_local_llm`.
     pub enable_local_llm: bool,
-    /// `enable_hardware`: always false in this build, which refuses to switch it
-    /// on ([`unavailable_feature`]).
+    /// `enable_hardware`: discovery of serial, USB and GPIO devices.
     pub enable_hardware: bool,
     /// `max_concurrent` (> 0): local ceiling of concurrent requests.
     pub max_concurrent: u32,
@@ -649,15 +648,11 @@ fn default_display_name(hostname: &str) -> String {
     }
 }
 
-/// Switches of capabilities this build does not implement (CAPABILITIES.md
-/// §2), each with the feature it would turn on. Accepting one would promise
-/// the user a capability that is never served, so switched on in any source
-/// it is refused like an invalid value. An entry leaves this list when its
-/// feature arrives.
-const UNAVAILABLE: &[(&str, &str)] = &[("enable_hardware", "hardware access")];
-
-/// The switches of computer use, unavailable in a build without desktop
-/// support (the `desktop` feature, Linux only).
+/// The switches of computer use, each with the feature it turns on. A
+/// build without desktop support (the `desktop` feature, Linux only) cannot
+/// serve them: accepting one would promise the user a capability that is
+/// never served, so switched on in any source it is refused like an
+/// invalid value.
 const DESKTOP_SWITCHES: &[(&str, &str)] = &[
     ("enable_computer_use", "computer use"),
     ("enable_clipboard", "clipboard access"),
@@ -670,14 +665,11 @@ const DESKTOP_SWITCHES: &[(&str, &str)] = &[
 /// The feature the switch `key` would turn on when this build does not
 /// implement it; `None` for every other key.
 pub fn unavailable_feature(key: &str) -> Option<&'static str> {
-    let desktop: &[(&str, &str)] = if crate::desktop::BUILT {
-        &[]
-    } else {
-        DESKTOP_SWITCHES
-    };
-    UNAVAILABLE
+    if crate::desktop::BUILT {
+        return None;
+    }
+    DESKTOP_SWITCHES
         .iter()
-        .chain(desktop)
         .find(|(k, _)| *k == key)
         .map(|(_, feature)| *feature)
 }

@@ -1,7 +1,8 @@
 //! The optional capabilities at each `HELLO` (CAPABILITIES.md §2): the
 //! dependency checks that run before every handshake — the desktop probe,
-//! the model list of the local LLM — and what one connection keeps of
-//! them (the sticky feature lists and window ids, the cached model list).
+//! the model list of the local LLM, the devices — and what one connection
+//! keeps of them (the sticky feature lists and window ids, the cached model
+//! list).
 //!
 //! A check runs only when its local switch is on, so a switched-off
 //! feature is never touched, and a check that fails only leaves its
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use super::handshake::{self, ConnectionKind, Gates, Probes};
 use crate::desktop::{ConnectionDesktop, Desktop};
+use crate::hardware::{self, Roots};
 use crate::llm::LocalLlm;
 use crate::log::Log;
 use crate::protocol::Capability;
@@ -27,6 +29,8 @@ pub struct Optional {
     pub desktop: Option<Arc<Desktop>>,
     /// The local LLM, when it is switched on.
     pub llm: Option<Arc<LocalLlm>>,
+    /// Where devices are looked for, when hardware discovery is switched on.
+    pub hardware: Option<Roots>,
 }
 
 /// What one connection found at its HELLO and keeps for its requests.
@@ -97,6 +101,13 @@ impl Optional {
                 llm: Arc::clone(llm),
                 models,
             });
+        }
+        if let Some(roots) = &self.hardware {
+            let support = hardware::support(roots);
+            gates.serial_support = support.serial;
+            gates.usb_support = support.usb;
+            gates.gpio_support = support.gpio;
+            probes.hardware_devices = hardware::discover(roots);
         }
         let advertisement = Advertisement {
             capabilities: handshake::advertised_capabilities(&gates, kind),
