@@ -610,9 +610,11 @@ impl OllamaEmulator {
     }
 
     /// Body bytes of every chat stream the socket has taken so far (chunk
-    /// framing and heads excluded). A write blocks once the client stops
-    /// reading and the kernel's socket buffers are full, so this stops
-    /// growing a few MiB past what the client has read.
+    /// framing and heads excluded), counted as each write returns: the
+    /// client may read a write's bytes just before they are counted. A
+    /// write blocks once the client stops reading and the kernel's socket
+    /// buffers are full, so this stops growing a few MiB past what the
+    /// client has read.
     pub fn streamed_bytes(&self) -> u64 {
         self.shared.streamed.load(Ordering::SeqCst)
     }
