@@ -113,10 +113,21 @@ pub(crate) fn request_line(head: &Head) -> Result<(&str, &str), Fault> {
 }
 
 /// Reads the rest of a request whose head has been read and parsed:
-/// answers `Expect: 100-continue`, then reads the body its framing gives.
+/// answers `Expect: 100-continue`, then reads the body its framing gives,
+/// at most [`MAX_BODY_BYTES`].
 pub(crate) fn read_body<S: Socket>(
     reader: &mut HttpReader<S>,
     head: Head,
+) -> Result<RecordedRequest, Fault> {
+    read_body_within(reader, head, MAX_BODY_BYTES)
+}
+
+/// [`read_body`] with a body bound of `limit` bytes, for a server whose
+/// requests are larger than the OAuth endpoints' (a chat history).
+pub(crate) fn read_body_within<S: Socket>(
+    reader: &mut HttpReader<S>,
+    head: Head,
+    limit: usize,
 ) -> Result<RecordedRequest, Fault> {
     let (method, path) = request_line(&head)?;
     let (method, path) = (method.to_owned(), path.to_owned());
@@ -130,9 +141,9 @@ pub(crate) fn read_body<S: Socket>(
             .map_err(Fault::Io)?;
     }
     let body = match framing {
-        Framing::Length(length) if length > MAX_BODY_BYTES => return Err(Fault::BodyTooLarge),
+        Framing::Length(length) if length > limit => return Err(Fault::BodyTooLarge),
         Framing::Length(length) => reader.take(length)?,
-        Framing::Chunked => reader.read_chunked(MAX_BODY_BYTES)?,
+        Framing::Chunked => reader.read_chunked(limit)?,
         // A request without framing has no body (RFC 9112 §6.3).
         Framing::UntilClose => Vec::new(),
     };

@@ -46,9 +46,10 @@
 //! and identifiers), [`script`] (the chat the command-line emulator runs),
 //! [`demo`] (the whole machine-control chat of its `--demo`). Beside them, [`oauth`] plays the
 //! platform's OAuth endpoints — authorize, token and revoke — on the same
-//! port (or alone, over plain HTTP, as [`OAuthEmulator`]), and [`Browser`]
+//! port (or alone, over plain HTTP, as [`OAuthEmulator`]), [`Browser`]
 //! plays the user's browser: the authorize redirect, then the shim's
-//! callback listener.
+//! callback listener, and [`ollama`] plays the local LLM backend (Ollama's
+//! `/api/tags` and streamed `/api/chat`) as [`OllamaEmulator`].
 
 mod browser;
 pub mod conn;
@@ -57,6 +58,7 @@ pub mod hello;
 mod http;
 mod listener;
 pub mod oauth;
+pub mod ollama;
 pub mod script;
 mod server;
 pub mod strict;
@@ -69,6 +71,10 @@ pub use hello::{ConnKind, HelloAck, HelloError, check_hello, hello_problems};
 pub use oauth::{
     Browser, Grants, OAuthEmulator, OAuthEndpoints, RecordedRequest, RevokeBehaviour,
     TokenBehaviour,
+};
+pub use ollama::{
+    ChatBehaviour, ChatOutcome, ChatRequest, DoneLine, OllamaEmulator, OllamaOptions, StreamStep,
+    TagsBehaviour,
 };
 pub use server::{AttemptOutcome, Emulator, EmulatorOptions, UpgradeAttempt, UpgradeBehaviour};
 pub use strict::Violation;
