@@ -304,8 +304,8 @@ fn two_monitors_split_the_screen_with_the_primary_first() {
     assert_eq!(
         x.monitors(),
         vec![
-            ("RIGHT".to_owned(), true, RIGHT_MONITOR),
-            ("LEFT".to_owned(), false, LEFT_MONITOR),
+            ("M1".to_owned(), true, RIGHT_MONITOR),
+            ("M0".to_owned(), false, LEFT_MONITOR),
         ]
     );
     let x = XServer::start(
@@ -316,10 +316,50 @@ fn two_monitors_split_the_screen_with_the_primary_first() {
     assert_eq!(
         x.monitors(),
         vec![
-            ("LEFT".to_owned(), true, LEFT_MONITOR),
-            ("RIGHT".to_owned(), false, RIGHT_MONITOR),
+            ("M0".to_owned(), true, LEFT_MONITOR),
+            ("M1".to_owned(), false, RIGHT_MONITOR),
         ]
     );
+}
+
+#[test]
+fn monitors_may_leave_part_of_the_screen_uncovered() {
+    let x =
+        XServer::start(XServerOptions::new().monitors(&[[0, 0, 960, 1080], [960, 0, 960, 540]], 0));
+    assert_eq!(
+        x.monitors(),
+        vec![
+            ("M0".to_owned(), true, [0, 0, 960, 1080]),
+            ("M1".to_owned(), false, [960, 0, 960, 540]),
+        ]
+    );
+    // The root still spans the whole screen: the pointer can go there.
+    x.move_pointer(1500, 800);
+}
+
+#[test]
+fn servers_without_randr_or_xtest_lack_them() {
+    let no_randr = XServer::start(XServerOptions::new().without_randr());
+    let output = no_randr
+        .run_for("xrandr", &["--listmonitors"], X_WAIT)
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(has_extension(&no_randr, "XTEST"));
+    assert!(!has_extension(&no_randr, "RANDR"));
+    let no_xtest = XServer::start(XServerOptions::new().without_xtest());
+    assert!(!has_extension(&no_xtest, "XTEST"));
+    assert!(has_extension(&no_xtest, "RANDR"));
+}
+
+fn has_extension(x: &XServer, name: &str) -> bool {
+    use x11rb::protocol::xproto::ConnectionExt as _;
+    let connection = x.connect();
+    connection
+        .query_extension(name.as_bytes())
+        .unwrap()
+        .reply()
+        .unwrap()
+        .present
 }
 
 #[test]
@@ -358,6 +398,22 @@ fn decode_png_reads_back_what_the_png_encoder_wrote() {
     assert_eq!(image.pixel(2, 1), [rgb[15], rgb[16], rgb[17]]);
     assert!(!is_jpeg(&bytes));
     assert!(is_jpeg(&[0xff, 0xd8, 0xff, 0xe0, 0, 0, 0xff, 0xd9]));
+}
+
+/// The JPEG encoder is a dependency of the desktop build only.
+#[cfg(feature = "desktop")]
+#[test]
+fn jpeg_size_reads_the_dimensions_of_an_encoded_jpeg() {
+    let (width, height) = (37u16, 21u16);
+    let rgb = vec![0x80; usize::from(width) * usize::from(height) * 3];
+    let mut bytes = Vec::new();
+    jpeg_encoder::Encoder::new(&mut bytes, 80)
+        .encode(&rgb, width, height, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    assert!(is_jpeg(&bytes));
+    assert_eq!(jpeg_size(&bytes), Some((37, 21)));
+    assert_eq!(jpeg_size(&bytes[..6]), None);
+    assert_eq!(jpeg_size(b"not a jpeg"), None);
 }
 
 #[test]

@@ -52,7 +52,7 @@ pub const CLIENT: &str = concat!(
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// The two RandR monitors of [`XServerOptions::two_monitors`]: the left and
-/// the right half of the screen, each 960×1080.
+/// the right half of the screen, each 960×1080, as `[x, y, width, height]`.
 pub const LEFT_MONITOR: [i32; 4] = [0, 0, 960, 1080];
 pub const RIGHT_MONITOR: [i32; 4] = [960, 0, 960, 1080];
 
@@ -64,14 +64,29 @@ pub enum Primary {
 }
 
 /// What an [`XServer`] starts besides `Xvfb`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct XServerOptions {
     window_manager: bool,
-    split: Option<Primary>,
+    /// RandR monitors `[x, y, width, height]` and the primary's index;
+    /// `None`: the server's own single monitor.
+    monitors: Option<(Vec<[i32; 4]>, usize)>,
+    randr: bool,
+    xtest: bool,
+}
+
+impl Default for XServerOptions {
+    fn default() -> Self {
+        XServerOptions {
+            window_manager: false,
+            monitors: None,
+            randr: true,
+            xtest: true,
+        }
+    }
 }
 
 impl XServerOptions {
-    /// A bare server: no window manager, one monitor.
+    /// A bare server: no window manager, one monitor, RandR and XTEST.
     pub fn new() -> XServerOptions {
         XServerOptions::default()
     }
@@ -85,8 +100,33 @@ impl XServerOptions {
 
     /// Splits the screen into two RandR monitors, [`LEFT_MONITOR`] and
     /// [`RIGHT_MONITOR`], with `primary` the primary one.
-    pub fn two_monitors(mut self, primary: Primary) -> XServerOptions {
-        self.split = Some(primary);
+    pub fn two_monitors(self, primary: Primary) -> XServerOptions {
+        let index = match primary {
+            Primary::Left => 0,
+            Primary::Right => 1,
+        };
+        self.monitors(&[LEFT_MONITOR, RIGHT_MONITOR], index)
+    }
+
+    /// Replaces the server's monitor by these RandR monitors (`[x, y,
+    /// width, height]`, named `M0`, `M1`, … in this order), `rects[primary]`
+    /// the primary one. They need not cover the screen.
+    pub fn monitors(mut self, rects: &[[i32; 4]], primary: usize) -> XServerOptions {
+        assert!(primary < rects.len());
+        self.monitors = Some((rects.to_vec(), primary));
+        self
+    }
+
+    /// Starts the server without the RandR extension (`-extension RANDR`).
+    pub fn without_randr(mut self) -> XServerOptions {
+        self.randr = false;
+        self
+    }
+
+    /// Starts the server without the XTEST extension (`-tst`); `xdotool`
+    /// cannot move the pointer or type there.
+    pub fn without_xtest(mut self) -> XServerOptions {
+        self.xtest = false;
         self
     }
 }
@@ -113,9 +153,22 @@ impl XServer {
         // it to its standard output once it accepts connections.
         // `-noreset`: the server would otherwise reset (and forget the
         // monitors and the clipboard) whenever its last client disconnects.
-        let mut xvfb = Command::new("Xvfb")
+        let mut command = Command::new("Xvfb");
+        command
             .args(["-displayfd", "1", "-screen", "0", "1920x1080x24"])
-            .args(["-nolisten", "tcp", "-noreset", "+extension", "RANDR"])
+            .args(["-nolisten", "tcp", "-noreset"])
+            .args([
+                if options.randr {
+                    "+extension"
+                } else {
+                    "-extension"
+                },
+                "RANDR",
+            ]);
+        if !options.xtest {
+            command.arg("-tst");
+        }
+        let mut xvfb = command
             .env_clear()
             .env("PATH", PATH)
             .stdin(Stdio::null())
@@ -158,8 +211,8 @@ impl XServer {
             windows: AtomicUsize::new(0),
         };
         server.run_ok("xsetroot", &["-solid", &hex(ROOT_COLOUR)]);
-        if let Some(primary) = options.split {
-            server.split_monitors(primary);
+        if let Some((rects, primary)) = &options.monitors {
+            server.set_monitors(rects, *primary);
         }
         if options.window_manager {
             server.start_window_manager();
@@ -240,23 +293,20 @@ impl XServer {
         pid
     }
 
-    fn split_monitors(&self, primary: Primary) {
-        // The monitor that takes over the output `screen` replaces the
-        // automatic one; the other one has no output. A leading `*` makes
-        // a monitor the primary.
-        let star = |side: Primary| if side == primary { "*" } else { "" };
-        let left = format!("{}LEFT", star(Primary::Left));
-        let right = format!("{}RIGHT", star(Primary::Right));
-        self.run_ok(
-            "xrandr",
-            &["--setmonitor", &left, "960/254x1080/286+0+0", "screen"],
-        );
-        self.run_ok(
-            "xrandr",
-            &["--setmonitor", &right, "960/254x1080/286+960+0", "none"],
-        );
+    fn set_monitors(&self, rects: &[[i32; 4]], primary: usize) {
+        // The first monitor takes over the output `screen`, which removes
+        // the automatic monitor; the others have no output. A leading `*`
+        // makes a monitor the primary.
+        for (n, [x, y, width, height]) in rects.iter().enumerate() {
+            let name = format!("{}M{n}", if n == primary { "*" } else { "" });
+            // Physical size at 96 dpi, as the server assumes.
+            let (mm_width, mm_height) = (width * 254 / 960, height * 254 / 960);
+            let geometry = format!("{width}/{mm_width}x{height}/{mm_height}+{x}+{y}");
+            let outputs = if n == 0 { "screen" } else { "none" };
+            self.run_ok("xrandr", &["--setmonitor", &name, &geometry, outputs]);
+        }
         let monitors = self.monitors();
-        assert_eq!(monitors.len(), 2, "{monitors:?}");
+        assert_eq!(monitors.len(), rects.len(), "{monitors:?}");
     }
 
     /// The active RandR monitors as `xrandr --listactivemonitors` shows
@@ -636,6 +686,30 @@ pub fn decode_png(bytes: &[u8]) -> Image {
 /// marker last.
 pub fn is_jpeg(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0xff, 0xd8, 0xff]) && bytes.ends_with(&[0xff, 0xd9])
+}
+
+/// A JPEG's `(width, height)` from its first start-of-frame marker
+/// (`SOF0`–`SOF15` except the DHT, JPG and DAC markers); `None` when the
+/// markers before it do not parse.
+pub fn jpeg_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let mut at = 2;
+    loop {
+        if *bytes.get(at)? != 0xff {
+            return None;
+        }
+        let marker = *bytes.get(at + 1)?;
+        let length = usize::from(u16::from_be_bytes([
+            *bytes.get(at + 2)?,
+            *bytes.get(at + 3)?,
+        ]));
+        if (0xc0..=0xcf).contains(&marker) && ![0xc4, 0xc8, 0xcc].contains(&marker) {
+            let segment = bytes.get(at + 4..at + 2 + length)?;
+            let height = u16::from_be_bytes([segment[1], segment[2]]);
+            let width = u16::from_be_bytes([segment[3], segment[4]]);
+            return Some((u32::from(width), u32::from(height)));
+        }
+        at += 2 + length;
+    }
 }
 
 /// An input event a [`TestWindow`] received.
