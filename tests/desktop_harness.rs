@@ -179,6 +179,53 @@ fn the_test_window_reports_an_xdotool_click_with_root_coordinates() {
 }
 
 #[test]
+fn the_test_window_reports_motion_while_a_button_is_held() {
+    let x = XServer::start(XServerOptions::new().window_manager());
+    let w = TestWindow::open(
+        &x,
+        "Drag",
+        ("harness", "Harness"),
+        RED,
+        [100, 100, 400, 300],
+    );
+    let [x1, y1, _, _] = w.bounds(&x);
+    let point = |dx: i32, dy: i32| [(x1 + dx).to_string(), (y1 + dy).to_string()];
+    let [a, b, c] = [point(10, 10), point(50, 30), point(90, 60)];
+    x.run_ok(
+        "xdotool",
+        &[
+            "mousemove",
+            &a[0],
+            &a[1],
+            "mousedown",
+            "1",
+            "mousemove",
+            &b[0],
+            &b[1],
+            "mousemove",
+            &c[0],
+            &c[1],
+            "mouseup",
+            "1",
+        ],
+    );
+    let (cx, cy) = (x1 + 90, y1 + 60);
+    assert!(eventually(X_WAIT, || w.events().iter().any(
+        |e| matches!(e, Event::Release { button: 1, x, y, .. } if (*x, *y) == (cx, cy))
+    )));
+    let events = w.events();
+    assert_eq!(presses_in(&events), [(1, x1 + 10, y1 + 10)]);
+    let press = events
+        .iter()
+        .position(|e| matches!(e, Event::Press { .. }))
+        .unwrap();
+    assert!(
+        events[press..].contains(&Event::Motion { x: cx, y: cy }),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn the_test_window_reports_wheel_buttons_4_to_7() {
     let x = XServer::start(XServerOptions::new().window_manager());
     let w = TestWindow::open(
@@ -244,6 +291,28 @@ fn xdotool_type_arrives_as_unicode_text() {
         "{keys:?}"
     );
     w.wait_typed("héllo ✓ 日本\n", X_WAIT);
+}
+
+#[test]
+fn the_window_manager_leaves_every_key_to_the_windows() {
+    let x = XServer::start(XServerOptions::new().window_manager());
+    let w = TestWindow::open(
+        &x,
+        "Keys",
+        ("harness", "Harness"),
+        RED,
+        [100, 100, 400, 300],
+    );
+    w.activate(&x);
+    // Keys openbox's stock configuration binds for itself.
+    x.run_ok("xdotool", &["key", "Print", "alt+Tab", "super+d", "F12"]);
+    let marker = w.sync(&x);
+    let keys: Vec<String> = keys_in(&w.events()[..marker])
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
+    assert_eq!(keys, ["Print", "Alt_L", "Tab", "Super_L", "d", "F12"]);
+    assert_eq!(x.active_window(), Some(w.window_id()));
 }
 
 #[test]

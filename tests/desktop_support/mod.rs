@@ -51,6 +51,22 @@ pub const CLIENT: &str = concat!(
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// The window manager's configuration: one desktop, new windows focused, no
+/// key or mouse bindings.
+const OPENBOX_CONFIG: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<openbox_config xmlns="http://openbox.org/3.4/rc">
+  <focus>
+    <focusNew>yes</focusNew>
+    <followMouse>no</followMouse>
+  </focus>
+  <desktops>
+    <number>1</number>
+  </desktops>
+  <keyboard/>
+  <mouse/>
+</openbox_config>
+"#;
+
 /// The two RandR monitors of [`XServerOptions::two_monitors`]: the left and
 /// the right half of the screen, each 960×1080, as `[x, y, width, height]`.
 pub const LEFT_MONITOR: [i32; 4] = [0, 0, 960, 1080];
@@ -337,9 +353,17 @@ impl XServer {
     }
 
     fn start_window_manager(&self) {
+        // Openbox's stock configuration grabs keys such as Print and
+        // Alt+Tab and mouse chords for itself; the tests' own has none, so
+        // every key and click reaches the windows. New windows get the
+        // focus.
+        let config = self.dir.path().join("openbox-rc.xml");
+        std::fs::write(&config, OPENBOX_CONFIG).unwrap();
         let mut command = self.command("openbox");
         command
             .arg("--sm-disable")
+            .arg("--config-file")
+            .arg(&config)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         self.spawn_helper(command);
@@ -1072,8 +1096,7 @@ impl TestWindow {
         );
         let seen = eventually(X_WAIT, || {
             self.events_since(before)
-                .iter()
-                .any(|e| *e == Event::Motion { x: at.0, y: at.1 })
+                .contains(&Event::Motion { x: at.0, y: at.1 })
         });
         assert!(seen, "{:?} did not see the marker motion", self.title);
         let events = self.events();
