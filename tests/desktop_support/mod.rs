@@ -467,6 +467,29 @@ impl XServer {
         pid
     }
 
+    /// Binds each keysym (by name, e.g. `eacute` or `U2713`) to a keycode
+    /// that has none, so typing it needs no temporary binding. A program
+    /// that binds a spare keycode only for one key press and undoes it
+    /// right after (as `xdotool type` does) races with the receiving
+    /// client, which looks the keysym up only when it handles the event.
+    pub fn bind_keysyms(&self, keysyms: &[&str]) {
+        let map = self.run_ok("xmodmap", &["-pke"]);
+        let free: Vec<&str> = map
+            .lines()
+            .filter_map(|line| {
+                let (code, syms) = line.strip_prefix("keycode")?.split_once('=')?;
+                syms.trim().is_empty().then_some(code.trim())
+            })
+            .collect();
+        assert!(
+            free.len() >= keysyms.len(),
+            "too few free keycodes: {free:?}"
+        );
+        for (code, keysym) in free.iter().zip(keysyms) {
+            self.run_ok("xmodmap", &["-e", &format!("keycode {code} = {keysym}")]);
+        }
+    }
+
     /// The pixels of the root window's rectangle `[x, y, width, height]`
     /// as the X server holds them (`GetImage`).
     pub fn capture(&self, rect: [i32; 4]) -> Image {
