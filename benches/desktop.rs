@@ -79,7 +79,10 @@ fn main() {
     let runs = runs();
     let x = XServer::start(XServerOptions::new().window_manager());
     // A plaid root and some windows, so the images are not one flat colour.
-    x.run_ok("xsetroot", &["-mod", "7", "5", "-fg", "#203040", "-bg", "#c0b0a0"]);
+    x.run_ok(
+        "xsetroot",
+        &["-mod", "7", "5", "-fg", "#203040", "-bg", "#c0b0a0"],
+    );
     let colours = [[200, 40, 40], [40, 160, 60], [50, 70, 210], [230, 200, 30]];
     let windows: Vec<TestWindow> = colours
         .iter()
@@ -173,7 +176,10 @@ fn main() {
     for _ in 0..runs {
         let mark = target.mark();
         let id = conn
-            .request("INPUT_ACTION", json!({"action": "left_click", "coordinate": [cx, cy]}))
+            .request(
+                "INPUT_ACTION",
+                json!({"action": "left_click", "coordinate": [cx, cy]}),
+            )
             .unwrap();
         let sent = Instant::now();
         let seen = wait_press(target, mark);

@@ -348,6 +348,30 @@ fn refusal_line(stderr: &str) -> &str {
 }
 
 #[test]
+#[cfg(feature = "desktop")]
+fn a_desktop_build_takes_the_computer_use_flags_and_goes_on_to_the_secret_store() {
+    for flag in [
+        "--enable-computer-use",
+        "--enable-clipboard",
+        "--enable-clipboard-read-foreign",
+    ] {
+        let (code, stdout, stderr, _) = start_in_empty_home(&["start", flag], &[]);
+        assert!(stdout.is_empty(), "{flag}: {stdout}");
+        assert!(
+            !stderr.contains("not available in this build"),
+            "{flag}: {stderr}"
+        );
+        // The empty home has no passphrase and no keychain: the next check
+        // refuses, which shows the configuration was accepted.
+        assert_eq!(code, Some(78), "{flag}: {stderr}");
+        assert!(
+            refusal_line(&stderr).starts_with("Preflight failed: no usable secret store"),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
+#[test]
 #[cfg(not(feature = "desktop"))]
 fn each_unbuilt_capability_flag_is_refused_with_exit_78_and_creates_nothing() {
     for (flag, key, feature) in [
