@@ -123,18 +123,7 @@ pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::
             unsafe { libc::_exit(127) };
         }
         rustix::process::fchdir(&cwd)?;
-        // SAFETY: `empty` is an initialised `sigset_t` captured by value; a
-        // null old-set pointer is allowed.
-        // (sigprocmask rather than pthread_sigmask: only the former is on
-        // the async-signal-safe list; the forked child has one thread.)
-        if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `signal` is async-signal-safe; SIG_DFL for SIGPIPE is a
-        // valid disposition (an ignored disposition would survive `exec`).
-        if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
-            return Err(io::Error::last_os_error());
-        }
+        reset_signals(&empty)?;
         // Descriptors the shim opens itself are close-on-exec; marking all
         // above the standard streams also covers any that a library, or
         // whatever started the shim, left without the flag. The cwd
@@ -153,6 +142,25 @@ pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::
     Ok(())
 }
 
+/// In a forked child before `exec`: the empty signal mask `empty` and the
+/// default `SIGPIPE` action, which a program expects to start with (an
+/// ignored disposition would survive `exec`). Async-signal-safe, allocates
+/// nothing.
+fn reset_signals(empty: &libc::sigset_t) -> io::Result<()> {
+    // SAFETY: `empty` is an initialised `sigset_t`; a null old-set pointer
+    // is allowed. (sigprocmask rather than pthread_sigmask: only the former
+    // is on the async-signal-safe list; the forked child has one thread.)
+    if unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `signal` is async-signal-safe; SIG_DFL for SIGPIPE is a valid
+    // disposition.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Arranges for the child of `command` to start as an application the
 /// user could have started (CAPABILITIES.md §4.9): a session of its own, an
 /// empty signal mask, the default `SIGPIPE` action and no descriptor beyond
@@ -164,16 +172,7 @@ pub fn prepare_app_child(command: &mut Command) -> io::Result<()> {
         // Runs in the forked child before `exec`: async-signal-safe calls
         // only, no allocation.
         rustix::process::setsid()?;
-        // SAFETY: `empty` is an initialised `sigset_t` captured by value; a
-        // null old-set pointer is allowed.
-        if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `signal` is async-signal-safe; SIG_DFL for SIGPIPE is a
-        // valid disposition.
-        if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
-            return Err(io::Error::last_os_error());
-        }
+        reset_signals(&empty)?;
         cloexec_from(3);
         Ok(())
     };

@@ -35,9 +35,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest `/api/tags` answer read.
 const MAX_TAGS_BYTES: u64 = 4 * 1024 * 1024;
 /// Models kept from the list, and the longest name kept: the list goes into
-/// `HELLO`, which must stay far below the frame limit.
-const MAX_MODELS: usize = 256;
-const MAX_MODEL_NAME_BYTES: usize = 256;
+/// `HELLO`, which the platform takes only up to 64 KiB, beside up to 64
+/// device objects.
+const MAX_MODELS: usize = 64;
+const MAX_MODEL_NAME_BYTES: usize = 200;
 /// The largest assembled response: it travels in one frame.
 pub const MAX_CONTENT_BYTES: usize = 8 * 1024 * 1024;
 /// The longest error body of Ollama kept.
@@ -325,9 +326,11 @@ impl LocalLlm {
                 }
                 run.content.push_str(&delta);
                 if req.stream {
-                    sink.send(LocalLlmCompletionChunk {
-                        delta,
-                        finish_reason: None,
+                    watch.while_platform_reads(|| {
+                        sink.send(LocalLlmCompletionChunk {
+                            delta,
+                            finish_reason: None,
+                        });
                     });
                 }
             }
@@ -377,6 +380,9 @@ impl Default for Run {
 #[derive(Debug, Default)]
 struct Watch {
     last_progress: Mutex<Option<Instant>>,
+    /// Set while a chunk waits for the platform to read: Ollama is not
+    /// being read then, so its silence is not Ollama's.
+    waiting_for_platform: AtomicBool,
     finished: AtomicBool,
     timed_out: AtomicBool,
     cancelled: AtomicBool,
@@ -389,6 +395,14 @@ impl Watch {
             .last_progress
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// Runs `send` with the read clock stopped, and restarts it after.
+    fn while_platform_reads(&self, send: impl FnOnce()) {
+        self.waiting_for_platform.store(true, Ordering::SeqCst);
+        send();
+        self.progress();
+        self.waiting_for_platform.store(false, Ordering::SeqCst);
     }
 
     fn idle_for(&self) -> Duration {
@@ -407,7 +421,7 @@ impl Watch {
                 agent.clone().shutdown();
                 return;
             }
-            if self.idle_for() > READ_TIMEOUT {
+            if !self.waiting_for_platform.load(Ordering::SeqCst) && self.idle_for() > READ_TIMEOUT {
                 self.timed_out.store(true, Ordering::SeqCst);
                 agent.clone().shutdown();
                 return;

@@ -368,6 +368,23 @@ impl Desktop {
         Ok(())
     }
 
+    /// The display for a window operation: refused on Wayland and where
+    /// this connection's HELLO found no EWMH window manager.
+    fn window_display<'m>(
+        &self,
+        machine: &'m mut Machine,
+        conn: &ConnectionDesktop,
+        feature: &str,
+    ) -> Result<&'m Display, DesktopError> {
+        if self.settings.wayland {
+            return Err(DesktopError::unsupported(feature, "Wayland session"));
+        }
+        if !conn.probe.has(feature) {
+            return Err(DesktopError::unsupported(feature, "no EWMH window manager"));
+        }
+        self.open(machine, feature)
+    }
+
     pub(super) fn window_list(
         &self,
         machine: &mut Machine,
@@ -375,16 +392,7 @@ impl Desktop {
         req: &WindowListRequest,
         details: &mut Details,
     ) -> Result<Message, DesktopError> {
-        if self.settings.wayland {
-            return Err(DesktopError::unsupported("window.list", "Wayland session"));
-        }
-        if !conn.probe.has("window.list") {
-            return Err(DesktopError::unsupported(
-                "window.list",
-                "no EWMH window manager",
-            ));
-        }
-        let display = self.open(machine, "window.list")?;
+        let display = self.window_display(machine, conn, "window.list")?;
         let clients = display
             .client_windows()
             .map_err(display_error("window.list"))?;
@@ -441,16 +449,7 @@ impl Desktop {
         conn: &ConnectionDesktop,
         req: &WindowFocus,
     ) -> Result<Message, DesktopError> {
-        if self.settings.wayland {
-            return Err(DesktopError::unsupported("window.focus", "Wayland session"));
-        }
-        if !conn.probe.has("window.focus") {
-            return Err(DesktopError::unsupported(
-                "window.focus",
-                "no EWMH window manager",
-            ));
-        }
-        let display = self.open(machine, "window.focus")?;
+        let display = self.window_display(machine, conn, "window.focus")?;
         let mut table = lock(&conn.windows);
         let Some(minted) = table.get(&req.window_id).cloned() else {
             return Err(DesktopError::WindowStale {

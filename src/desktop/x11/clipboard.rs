@@ -343,20 +343,24 @@ impl Owner {
         event.ok_or_else(|| "the X server sent no timestamp".to_owned())
     }
 
+    /// The window owning `CLIPBOARD` (0: none).
+    fn owner(&self) -> Result<Window, String> {
+        Ok(self
+            .conn
+            .get_selection_owner(self.atoms.CLIPBOARD)
+            .map_err(text)?
+            .reply()
+            .map_err(text)?
+            .owner)
+    }
+
     fn own(&mut self, content: Arc<String>) -> Result<u64, String> {
         let deadline = Instant::now() + Duration::from_secs(2);
         let time = self.server_time(deadline)?;
         self.conn
             .set_selection_owner(self.window, self.atoms.CLIPBOARD, time)
             .map_err(text)?;
-        let owner = self
-            .conn
-            .get_selection_owner(self.atoms.CLIPBOARD)
-            .map_err(text)?
-            .reply()
-            .map_err(text)?
-            .owner;
-        if owner != self.window {
+        if self.owner()? != self.window {
             return Err("the X server did not make the shim the clipboard owner".into());
         }
         self.text = Some(content);
@@ -403,13 +407,7 @@ impl Owner {
     }
 
     fn read(&mut self, deadline: Instant) -> Result<ReadOutcome, String> {
-        let owner = self
-            .conn
-            .get_selection_owner(self.atoms.CLIPBOARD)
-            .map_err(text)?
-            .reply()
-            .map_err(text)?
-            .owner;
+        let owner = self.owner()?;
         if owner == self.window {
             return Ok(match &self.text {
                 Some(text) => ReadOutcome::Text(text.as_str().to_owned()),
