@@ -10,13 +10,15 @@
 //! stream before its end.
 //!
 //! Pinned here, one test per branch: the model probe at every HELLO and
-//! each way it can fail (§5.1); the switch that keeps Ollama untouched;
-//! §5.2's pre-checks (advertised model, the machine-wide busy lock, also
-//! across two sessions of a control-mode daemon); the upstream body; the
-//! chunks and the response, with and without streaming; the `done` line's
-//! reason and counts; a body without `done`; skipped lines; each upstream
-//! failure and its wire error, also after chunks; the cancellation of the
-//! upstream request when the platform connection ends; and the one audit
+//! each way it can fail (§5.1), and a model list cut to what fits the
+//! platform's 64 KiB HELLO; the switch that keeps Ollama untouched; §5.2's
+//! pre-checks (advertised model, the machine-wide busy lock, also across
+//! two sessions of a control-mode daemon); the upstream body; the chunks
+//! and the response, with and without streaming; the `done` line's reason
+//! and counts; a body without `done`; skipped lines (also one over the
+//! line-length bound); each upstream failure and its wire error, also after
+//! chunks; the cancellation of the upstream request when the platform
+//! connection ends, before or during Ollama's answer; and the one audit
 //! record per request, which never holds prompt or response text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -358,6 +360,35 @@ fn every_hello_asks_ollama_again_and_requests_are_checked_against_the_newest_lis
     assert_eq!(ollama.tags_requests(), 3);
     assert_not_offered(&hello);
     settle(&conn);
+}
+
+#[test]
+fn a_model_list_too_long_for_the_hello_is_cut_to_fit_the_platform() {
+    // 256 names of 254 bytes: 65 KiB of names, more than the platform
+    // takes in a whole HELLO.
+    let names: Vec<String> = (0..256)
+        .map(|n| format!("{n:03}-{}", "m".repeat(250)))
+        .collect();
+    let entries = names.iter().map(|name| json!({"name": name})).collect();
+    let llm = Llm::start_with(
+        OllamaOptions::new()
+            .models(&names)
+            .tags(TagsBehaviour::Entries(entries)),
+        HelloAck::new(),
+    );
+    // `connect` took a HELLO the platform accepts.
+    assert!(llm.hello.to_string().len() <= 64 * 1024);
+    assert_eq!(capabilities(&llm.hello), ["files", "local_llm"]);
+    let advertised: Vec<String> =
+        serde_json::from_value(llm.hello["payload"]["local_llm_models"].clone()).unwrap();
+    assert!(advertised.len() >= 16, "{}", advertised.len());
+    assert!(advertised.len() < names.len());
+    assert_eq!(advertised, names[..advertised.len()]);
+    // What was cut off is not advertised, so it is refused.
+    let cut = &names[advertised.len()];
+    let answer = complete(&llm.conn, request(cut, "hi", json!({})));
+    assert_eq!(answer.response["payload"]["code"], "MODEL_NOT_AVAILABLE");
+    settle(&llm.conn);
 }
 
 #[test]
@@ -1128,6 +1159,64 @@ fn a_platform_connection_that_closes_mid_completion_cancels_the_upstream_request
         request(DEFAULT_MODEL, "hi", json!({"stream": false})),
     );
     assert_response(&answer.response);
+}
+
+#[test]
+fn a_platform_connection_that_closes_before_ollama_answers_cancels_the_request() {
+    let llm = Llm::start_with(
+        OllamaOptions::new(),
+        HelloAck::new()
+            .grant(["files", "local_llm"])
+            .command_timeout_seconds(300),
+    );
+    llm.ollama
+        .push_chat(ChatBehaviour::reply(&["late"]).after(Duration::from_secs(60)));
+    let id = llm
+        .conn
+        .request(
+            "LOCAL_LLM_COMPLETION",
+            request(DEFAULT_MODEL, "hi", json!({})),
+        )
+        .unwrap();
+    // Ollama has the request and has not answered.
+    assert_eq!(llm.ollama.wait_chat_requests(1, WAIT).len(), 1);
+    let closed = Instant::now();
+    llm.conn.drop_tcp().unwrap();
+    assert_eq!(llm.ollama.wait_disconnects(1, WAIT), 1);
+    assert!(
+        closed.elapsed() < Duration::from_secs(5),
+        "the upstream request outlived the connection by {:?}",
+        closed.elapsed()
+    );
+    let (conn, _) = connect(&llm.emulator, HelloAck::new().grant(["files", "local_llm"]));
+    settle(&conn);
+    llm.home.wait_record("LOCAL_LLM_COMPLETION", WAIT);
+    assert_eq!(
+        record_of(&llm.home, &id, Some("LOCAL_LLM_FAILED")),
+        failed_details(DEFAULT_MODEL, true, 2, 0)
+    );
+}
+
+#[test]
+fn a_line_over_the_length_bound_is_skipped_whole() {
+    // A single line of 2 MiB of text: longer than any line the shim keeps
+    // (1 MiB), so it is dropped as a line that is not JSON would be.
+    let llm = Llm::start(OllamaOptions::new().chat(ChatBehaviour::Stream(vec![
+        StreamStep::piece("before"),
+        StreamStep::HugeLine(2 << 20),
+        StreamStep::piece("-after"),
+        StreamStep::Done(DoneLine::stop(1, 3)),
+    ])));
+    let answer = complete(&llm.conn, request(DEFAULT_MODEL, "hi", json!({})));
+    assert_eq!(
+        answer.chunk_payloads(),
+        [
+            chunk("before", None),
+            chunk("-after", None),
+            chunk("", Some("stop"))
+        ]
+    );
+    assert_eq!(assert_response(&answer.response)["content"], "before-after");
 }
 
 // --------------------------------------------------------- §5.2 audit

@@ -38,6 +38,12 @@ const MAX_TAGS_BYTES: u64 = 4 * 1024 * 1024;
 /// `HELLO`, which must stay far below the frame limit.
 const MAX_MODELS: usize = 256;
 const MAX_MODEL_NAME_BYTES: usize = 256;
+/// The most bytes the kept names take in `HELLO`, each written as a JSON
+/// string with its comma. The platform refuses a `HELLO` over 64 KiB with
+/// 4400, which ends the daemon after a few attempts; the two limits above
+/// alone allow 64 KiB of names, leaving no room for the root and devices.
+/// Names past this budget are left out like those past [`MAX_MODELS`].
+const MAX_MODELS_HELLO_BYTES: usize = 24 * 1024;
 /// The largest assembled response: it travels in one frame.
 pub const MAX_CONTENT_BYTES: usize = 8 * 1024 * 1024;
 /// The longest error body of Ollama kept.
@@ -138,11 +144,16 @@ impl LocalLlm {
             .get("models")
             .and_then(Value::as_array)
             .ok_or("the answer has no models list")?;
+        let mut budget = MAX_MODELS_HELLO_BYTES;
         Ok(models
             .iter()
             .filter_map(|m| m.as_object()?.get("name")?.as_str())
             .filter(|name| !name.is_empty() && name.len() <= MAX_MODEL_NAME_BYTES)
             .take(MAX_MODELS)
+            .take_while(|name| {
+                let cost = Value::from(*name).to_string().len() + 1;
+                budget.checked_sub(cost).map(|left| budget = left).is_some()
+            })
             .map(str::to_owned)
             .collect())
     }
