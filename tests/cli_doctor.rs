@@ -21,7 +21,8 @@ use std::process::{Command, Output};
 use autogpt_shim::audit::{AuditLog, Details, Entry, WriterOptions};
 use autogpt_shim::secrets::KeyCheck;
 use autogpt_shim_emulator::{
-    AttemptOutcome, Emulator, EmulatorOptions, Ending, RawKind, UpgradeBehaviour,
+    AttemptOutcome, Emulator, EmulatorOptions, Ending, OllamaEmulator, OllamaOptions, RawKind,
+    TagsBehaviour, UpgradeBehaviour,
 };
 use serde_json::json;
 use start_support::{
@@ -543,6 +544,102 @@ fn an_unresolvable_name_fails_at_the_dns_line() {
         assert_eq!(skipped.marker, "INFO");
         assert_eq!(skipped.detail, "skipped: dns failed");
     }
+}
+
+/// Doctor against the emulator with `enable_local_llm` on and `ollama_url`
+/// set to `url`: it exits 0 whatever the local LLM line says (the check
+/// never blocks); returns the output and the `local_llm` line.
+fn doctor_with_local_llm(url: &str) -> (Run, Line) {
+    let home = Home::new();
+    write_audit_log(&home);
+    let emulator = emulator();
+    let mut command = doctor_command(&home, &platform_args(&emulator));
+    command
+        .env("AUTOGPT_SHIM_ENABLE_LOCAL_LLM", "true")
+        .env("AUTOGPT_SHIM_OLLAMA_URL", url);
+    let run = Run::from(command.output().unwrap());
+    assert_eq!(run.code, 0, "{}", run.output());
+    let lines = run.lines(CONTROL_LABELS);
+    assert!(lines.iter().all(|l| l.marker != "FAIL"), "{}", run.output());
+    let llm = line(&lines, "local_llm").clone();
+    (run, llm)
+}
+
+#[test]
+fn doctor_lists_the_models_of_a_reachable_ollama() {
+    let ollama =
+        OllamaEmulator::start(OllamaOptions::new().models(&["llama3.2:3b", "qwen2.5:0.5b"]))
+            .unwrap();
+    // The configured URL's trailing slash is not shown.
+    let (run, llm) = doctor_with_local_llm(&format!("{}/", ollama.url()));
+    assert_eq!(llm.marker, "OK", "{}", run.output());
+    assert_eq!(
+        llm.detail,
+        format!("{}: 2 model(s): llama3.2:3b, qwen2.5:0.5b", ollama.url())
+    );
+    let printed = format!(
+        "[OK  ] local_llm       {}: 2 model(s): llama3.2:3b, qwen2.5:0.5b",
+        ollama.url()
+    );
+    assert!(run.stdout.lines().any(|l| l == printed), "{}", run.output());
+    assert_eq!(ollama.tags_requests(), 1);
+    // Doctor only lists: no completion is asked for.
+    assert!(ollama.requests().is_empty());
+}
+
+#[test]
+fn doctor_warns_without_blocking_when_ollama_is_unreachable() {
+    let url = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let (run, llm) = doctor_with_local_llm(&url);
+    assert_eq!(llm.marker, "WARN", "{}", run.output());
+    assert!(
+        llm.detail
+            .starts_with(&format!("{url} cannot be reached (")),
+        "{}",
+        llm.detail
+    );
+    assert!(
+        llm.detail
+            .ends_with("): the capability will not be offered"),
+        "{}",
+        llm.detail
+    );
+}
+
+#[test]
+fn doctor_warns_without_blocking_when_ollama_has_no_model_or_fails() {
+    let ollama = OllamaEmulator::start(OllamaOptions::new().models::<&str>(&[])).unwrap();
+    let (run, llm) = doctor_with_local_llm(&ollama.url());
+    assert_eq!(llm.marker, "WARN", "{}", run.output());
+    assert_eq!(
+        llm.detail,
+        format!(
+            "{} answers but has no models: the capability will not be offered",
+            ollama.url()
+        )
+    );
+    ollama.set_default_tags(TagsBehaviour::Status(500, "boom".into()));
+    let (run, llm) = doctor_with_local_llm(&ollama.url());
+    assert_eq!(llm.marker, "WARN", "{}", run.output());
+    assert!(llm.detail.contains("cannot be reached"), "{}", llm.detail);
+}
+
+#[test]
+fn doctor_does_not_ask_ollama_unless_the_local_llm_is_requested() {
+    let ollama = OllamaEmulator::start(OllamaOptions::new()).unwrap();
+    let home = Home::new();
+    let emulator = emulator();
+    let mut command = doctor_command(&home, &platform_args(&emulator));
+    command.env("AUTOGPT_SHIM_OLLAMA_URL", ollama.url());
+    let run = Run::from(command.output().unwrap());
+    let lines = run.lines(CONTROL_LABELS);
+    let llm = line(&lines, "local_llm");
+    assert_eq!(llm.marker, "INFO", "{}", run.output());
+    assert_eq!(llm.detail, "not requested in config");
+    assert_eq!(ollama.tags_requests(), 0);
 }
 
 #[test]

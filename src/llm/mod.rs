@@ -35,8 +35,9 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest `/api/tags` answer read.
 const MAX_TAGS_BYTES: u64 = 4 * 1024 * 1024;
 /// Models kept from the list, and the longest name kept: the list goes into
-/// `HELLO`, which the platform takes only up to 64 KiB, beside up to 64
-/// device objects.
+/// `HELLO`, which the platform takes only up to 64 KiB (a larger one is
+/// refused with 4400, which ends the daemon after a few attempts): at most
+/// about 13 KiB of names leaves room for the root and up to 64 devices.
 const MAX_MODELS: usize = 64;
 const MAX_MODEL_NAME_BYTES: usize = 200;
 /// The largest assembled response: it travels in one frame.
