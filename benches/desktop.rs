@@ -112,7 +112,7 @@ fn main() {
         .max_file_size_bytes(16 * 1024 * 1024);
     let (conn, hello) = connect(&platform, ack);
     assert!(
-        hello["capabilities"]
+        hello["payload"]["capabilities"]
             .as_array()
             .unwrap()
             .contains(&json!("computer_use")),
