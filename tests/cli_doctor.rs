@@ -44,6 +44,7 @@ const CONTROL_LABELS: &[&str] = &[
     "wmctrl",
     "display",
     "local_llm",
+    "hardware",
     "containment",
     "autostart",
     "endpoint",
@@ -577,8 +578,15 @@ fn doctor_lists_the_models_of_a_reachable_ollama() {
         llm.detail,
         format!("{}: 2 model(s): llama3.2:3b, qwen2.5:0.5b", ollama.url())
     );
+    // The label column is as wide as the longest label of the build.
+    let width = if cfg!(feature = "desktop") {
+        "screenshot_mask".len()
+    } else {
+        "folder_browser".len()
+    };
     let printed = format!(
-        "[OK  ] local_llm       {}: 2 model(s): llama3.2:3b, qwen2.5:0.5b",
+        "[OK  ] {:<width$}  {}: 2 model(s): llama3.2:3b, qwen2.5:0.5b",
+        "local_llm",
         ollama.url()
     );
     assert!(run.stdout.lines().any(|l| l == printed), "{}", run.output());

@@ -80,6 +80,10 @@ pub fn checks(config: &Config, env: &Environment) -> Local {
             .map(|v| v.to_string_lossy().into_owned())
     }));
     checks.push(local_llm(config));
+    checks.push(hardware_devices(
+        config.enable_hardware,
+        &crate::hardware::Roots::system(),
+    ));
     checks.push(containment());
     checks.push(autostart(config, env));
 
@@ -592,6 +596,50 @@ fn local_llm(config: &Config) -> Check {
     }
 }
 
+/// `hardware` (this shim's own): with `enable_hardware`, the devices `start`
+/// would list in `HELLO.hardware_devices` and the capabilities it would
+/// advertise (CAPABILITIES.md §6). Never blocking.
+fn hardware_devices(enabled: bool, roots: &crate::hardware::Roots) -> Check {
+    const LABEL: &str = "hardware";
+    if !enabled {
+        return Check::info(LABEL, "not requested in config");
+    }
+    let support = crate::hardware::support(roots);
+    let capabilities: Vec<&str> = [
+        ("hardware_serial", support.serial),
+        ("hardware_usb", support.usb),
+        ("hardware_gpio", support.gpio),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    if capabilities.is_empty() {
+        return Check::warn(
+            LABEL,
+            "no serial, USB or GPIO support found: nothing will be offered",
+        );
+    }
+    let devices = crate::hardware::discover(roots);
+    let named: Vec<String> = devices
+        .iter()
+        .map(|device| {
+            let field = |key: &str| device.get(key).and_then(serde_json::Value::as_str);
+            let place = field("port")
+                .or_else(|| field("chip"))
+                .map(str::to_owned)
+                .or_else(|| Some(format!("{}:{}", field("vid")?, field("pid")?)))
+                .unwrap_or_default();
+            one_line(&format!("{} {place}", field("type").unwrap_or("device")))
+        })
+        .collect();
+    let found = if named.is_empty() {
+        "no devices found".to_owned()
+    } else {
+        format!("{} device(s): {}", named.len(), named.join(", "))
+    };
+    Check::ok(LABEL, format!("{}; {found}", capabilities.join(", ")))
+}
+
 /// Linux `display_server`: the session type from `XDG_SESSION_TYPE`, else
 /// Wayland when `WAYLAND_DISPLAY` is set, else X11 when `DISPLAY` is; a
 /// set `WAYLAND_DISPLAY` makes an `x11` session Wayland too, as computer
@@ -710,6 +758,7 @@ fn autostart(config: &Config, env: &Environment) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::doctor::Marker;
 
     fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {
@@ -722,6 +771,24 @@ mod tests {
 
     fn blocks(checks: &[Check]) -> bool {
         checks.iter().any(|c| c.blocking)
+    }
+
+    #[test]
+    fn the_hardware_line_names_what_would_be_advertised() {
+        let tree = tempfile::tempdir().unwrap();
+        let roots = crate::hardware::Roots {
+            sys: tree.path().join("sys"),
+            dev: tree.path().join("dev"),
+        };
+        std::fs::create_dir_all(&roots.dev).unwrap();
+        assert_eq!(hardware_devices(false, &roots).marker, Marker::Info);
+        let nothing = hardware_devices(true, &roots);
+        assert_eq!(nothing.marker, Marker::Warn);
+        assert!(!nothing.blocking);
+        std::fs::create_dir_all(roots.sys.join("class/tty")).unwrap();
+        let serial = hardware_devices(true, &roots);
+        assert_eq!(serial.marker, Marker::Ok);
+        assert_eq!(serial.detail, "hardware_serial; no devices found");
     }
 
     const COMPUTER_USE: Requested = Requested {
