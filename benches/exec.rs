@@ -70,6 +70,7 @@ fn main() {
         spawner: &spawner,
         cancel: &cancel,
         platform_deadline: None,
+        sandbox: autogpt_shim::exec::FsSandbox::Off,
     };
     let req = ExecuteCommand {
         command: None,

@@ -3,7 +3,8 @@
 //! and waiting for one of them (`audit tail`, later `start`), so that a
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
 //! default action of killing the process; the pre-exec hook that puts a
-//! command in its own session and working directory (EXEC.md §6); the
+//! command in its own session and working directory (EXEC.md §6), under
+//! its Landlock ruleset when the command sandbox is on; the
 //! inode-generation query that folder identities use (CONTROL.md §6); the
 //! count of a socket's bytes its peer has not acknowledged (the keepalive);
 //! taking a secret variable out of the process environment, including the
@@ -98,10 +99,19 @@ pub fn wait_for_termination_signal(set: &SignalSet) -> io::Result<i32> {
 /// at any time. The parent-death signal fires when the spawning *thread*
 /// exits, so the caller must outlive the direct child in that thread
 /// (supervising it until it has exited does).
-pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::Result<()> {
+///
+/// With `landlock`, a Landlock ruleset descriptor built before the fork,
+/// the child also sets `no_new_privs` and enforces that ruleset on itself
+/// as its last step before `exec`; if either fails the child never execs.
+pub fn prepare_command_child(
+    command: &mut Command,
+    cwd: BorrowedFd<'_>,
+    landlock: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
     // The hook owns a duplicate (close-on-exec), so it stays valid for as
     // long as `command` can spawn; it closes when `command` is dropped.
     let cwd = cwd.try_clone_to_owned()?;
+    let landlock = landlock.map(|fd| fd.try_clone_to_owned()).transpose()?;
     let shim = std::process::id();
     // Built here, before the fork, so the child only has to install it.
     let empty = empty_signal_set()?;
@@ -131,13 +141,37 @@ pub fn prepare_command_child(command: &mut Command, cwd: BorrowedFd<'_>) -> io::
         // close-on-exec anyway. Kernels without close_range (before 5.11)
         // keep the flags as they were.
         cloexec_from(3);
+        if let Some(ruleset) = &landlock {
+            restrict_self(ruleset.as_raw_fd())?;
+        }
         Ok(())
     };
     // SAFETY: the hook only calls async-signal-safe functions (setsid,
-    // prctl, getppid, _exit, fchdir, sigprocmask, signal, close_range) and
-    // allocates nothing.
+    // prctl, getppid, _exit, fchdir, sigprocmask, signal, close_range,
+    // landlock_restrict_self) and allocates nothing.
     unsafe {
         command.pre_exec(hook);
+    }
+    Ok(())
+}
+
+/// In a forked child before `exec`: sets `no_new_privs` (which Landlock
+/// requires of an unprivileged process, and which keeps a set-uid program
+/// from shedding the restriction) and enforces the Landlock ruleset `fd` on
+/// the process. Two raw system calls, so async-signal-safe and free of
+/// allocation, unlike the `landlock` crate's own `restrict_self`, whose
+/// error paths build heap values.
+fn restrict_self(fd: libc::c_int) -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes only integer arguments
+    // and changes only this process's flag.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a raw system call with integer arguments only: the ruleset
+    // descriptor (open in this process, owned by the hook) and no flags.
+    // It changes only this process's Landlock domain.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

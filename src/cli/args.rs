@@ -454,6 +454,18 @@ fn parse_start(
                 overrides.session_id = Some(text(option, v)?);
                 continue;
             }
+            ("--command-sandbox", Some(v)) => {
+                let mode = text(option, v)?;
+                if crate::exec::SandboxMode::parse(&mode).is_none() {
+                    return Err(UsageError::InvalidValue {
+                        option: option.long,
+                        reason: "must be off or workspace",
+                    }
+                    .into());
+                }
+                overrides.command_sandbox = Some(mode);
+                continue;
+            }
             ("--enable-shell", None) => &mut overrides.enable_shell,
             ("--enable-computer-use", None) => &mut overrides.enable_computer_use,
             ("--enable-clipboard", None) => &mut overrides.enable_clipboard,

@@ -255,6 +255,13 @@ const START: CommandSpec = CommandSpec {
             key: Some("enable_shell"),
         },
         OptionSpec {
+            long: "--command-sandbox",
+            short: None,
+            value: Some("MODE"),
+            help: "workspace: run commands under Landlock, writing only in the root and a private TMPDIR",
+            key: Some("command_sandbox"),
+        },
+        OptionSpec {
             long: "--session-id",
             short: None,
             value: Some("ID"),

@@ -38,6 +38,7 @@ use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::runtime_file::{RunningSettings, RuntimeFile};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::desktop::{self, Desktop};
+use crate::exec::FsSandbox;
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
@@ -122,6 +123,31 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         Err(e) => return super::config_error(&e, stderr),
     };
     let log = Log::stderr(config.log_level);
+
+    // The command sandbox, probed once: a requested sandbox that cannot be
+    // had stops the shim here, unless the user chose to run without it.
+    let sandbox = match FsSandbox::decide(
+        config.command_sandbox,
+        config.command_sandbox_fallback,
+        crate::exec::sandbox::probe_landlock,
+    ) {
+        Ok(sandbox) => sandbox,
+        Err(reason) => {
+            say!(stderr, "Preflight failed: {reason}");
+            return exit::EX_CONFIG;
+        }
+    };
+    match sandbox {
+        FsSandbox::Unavailable => log.warn(
+            "exec",
+            "command sandbox UNAVAILABLE (Landlock is missing): commands run unconfined, as command_sandbox_fallback = \"unconfined\" allows",
+        ),
+        FsSandbox::Landlock(abi) => log.info(
+            "exec",
+            format!("command sandbox: workspace (Landlock ABI {})", abi as i32),
+        ),
+        FsSandbox::Off => {}
+    }
 
     // The shim's own directories, placed once: no root may hold them and
     // no request may reach them, wherever they are moved later. Those the
@@ -289,6 +315,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         grant_key,
         revisions,
         protected,
+        sandbox,
         log: &log,
         stop: &stop,
     }) {
@@ -514,6 +541,7 @@ struct RunningParts<'a> {
     grant_key: GrantKey,
     revisions: Option<Revisions>,
     protected: ProtectedLocations,
+    sandbox: FsSandbox,
     log: &'a Log,
     stop: &'a Arc<AtomicBool>,
 }
@@ -545,6 +573,7 @@ impl Running {
             grant_key,
             revisions,
             protected,
+            sandbox,
             log,
             stop,
         } = parts;
@@ -611,6 +640,7 @@ impl Running {
                 shell_enabled,
                 refuse_multilink_reads,
                 umask,
+                sandbox,
             })
         };
         let (url, plane, control): (String, Arc<dyn Plane>, _) = match daemon {

@@ -56,6 +56,8 @@ pub(crate) const KEYS: &[&str] = &[
     "refuse_multilink_reads",
     "tls_ca_file",
     "tls_pin_sha256",
+    "command_sandbox",
+    "command_sandbox_fallback",
 ];
 
 /// The key spelled exactly `name`, as a `'static` string.
@@ -92,6 +94,9 @@ pub struct Overrides {
     pub enable_clipboard_read_foreign: bool,
     /// `start --enable-recording`.
     pub enable_recording: bool,
+    /// `start --command-sandbox MODE`. Only `workspace` is passed on: a
+    /// flag can switch the sandbox on but never off.
+    pub command_sandbox: Option<String>,
     /// Any other key, as `(key, value)` in environment-variable syntax
     /// (CLI.md §5.4), with flag precedence. For embedding programs and tests;
     /// the typed fields above win over an entry for the same key.
@@ -146,6 +151,9 @@ impl Layers {
         }
         if let Some(v) = &overrides.tls_pin_sha256 {
             flag("tls_pin_sha256", OsStr::new(v), "--tls-pin-sha256");
+        }
+        if let Some(v) = overrides.command_sandbox.as_deref().filter(|v| *v != "off") {
+            flag("command_sandbox", OsStr::new(v), "--command-sandbox");
         }
         let switches = [
             (overrides.enable_shell, "enable_shell", "--enable-shell"),

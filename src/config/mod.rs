@@ -171,6 +171,11 @@ pub struct Settings {
     pub jail_no_xdev: bool,
     /// `refuse_multilink_reads` (JAIL.md §6.11).
     pub refuse_multilink_reads: bool,
+    /// `command_sandbox`: the filesystem sandbox of commands.
+    pub command_sandbox: crate::exec::SandboxMode,
+    /// `command_sandbox_fallback`: what a requested but unavailable
+    /// sandbox does to `start`.
+    pub command_sandbox_fallback: crate::exec::SandboxFallback,
     /// `tls_ca_file`: extra PEM trust anchors (PROTOCOL.md §1.2a). Its
     /// content is checked by the TLS layer when it loads it.
     pub tls_ca_file: Option<PathBuf>,
@@ -520,6 +525,26 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
         recording_retention_limit: positive(&layers, "recording_retention_limit", 10)?,
         jail_no_xdev: layers.bool("jail_no_xdev", false)?.value,
         refuse_multilink_reads: layers.bool("refuse_multilink_reads", false)?.value,
+        command_sandbox: {
+            let setting = layers.string("command_sandbox", "off")?;
+            crate::exec::SandboxMode::parse(&setting.value).ok_or_else(|| {
+                invalid(
+                    "command_sandbox",
+                    &setting,
+                    "must be \"off\" or \"workspace\"",
+                )
+            })?
+        },
+        command_sandbox_fallback: {
+            let setting = layers.string("command_sandbox_fallback", "refuse")?;
+            crate::exec::SandboxFallback::parse(&setting.value).ok_or_else(|| {
+                invalid(
+                    "command_sandbox_fallback",
+                    &setting,
+                    "must be \"refuse\" or \"unconfined\"",
+                )
+            })?
+        },
         tls_ca_file,
         tls_pin_sha256,
         endpoints,

@@ -143,6 +143,8 @@ pub struct DataPlane {
     pub refuse_multilink_reads: bool,
     /// The process umask captured at start.
     pub umask: rustix::fs::Mode,
+    /// The filesystem sandbox of commands, decided at start.
+    pub sandbox: crate::exec::FsSandbox,
 }
 
 impl std::fmt::Debug for DataPlane {
@@ -763,6 +765,7 @@ fn route(
                 received,
                 wait: Duration::from_secs(setup.platform_wait_seconds),
             }),
+            sandbox: data.sandbox,
         },
         shell_enabled: data.shell_enabled,
     };

@@ -13,6 +13,7 @@ mod cancel;
 mod env;
 mod output;
 pub(crate) mod run;
+pub mod sandbox;
 mod shell;
 pub(crate) mod spawner;
 
@@ -22,12 +23,15 @@ pub use cancel::Cancel;
 pub use output::{MARKER, TEXT_CAP};
 /// Killing a command's process group, and whether it is gone.
 pub use run::{group_gone, terminate_group};
+/// The filesystem sandbox of commands.
+pub use sandbox::{FsSandbox, SandboxFallback, SandboxMode};
 /// The handle to the spawner process that starts the commands.
 pub use spawner::Spawner;
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
@@ -59,6 +63,8 @@ pub struct ExecContext<'a> {
     pub cancel: &'a Cancel,
     /// How long the platform waits for this request's reply, when known.
     pub platform_deadline: Option<PlatformDeadline>,
+    /// The filesystem sandbox every command runs under, decided at start.
+    pub sandbox: FsSandbox,
 }
 
 /// The platform's wait for a reply: it drops a reply that arrives later
@@ -117,6 +123,9 @@ pub enum ExecError {
     Cwd(FileError),
     /// The program exists but could not be started.
     StartFailed(String),
+    /// The command sandbox is configured but could not be set up for this
+    /// command; it was not started (never unconfined instead).
+    SandboxUnavailable(String),
     /// The command reached the handler without passing the command limits.
     NotAdmitted,
     /// The connection closed, the session stopped or the shim is shutting
@@ -131,7 +140,8 @@ impl ExecError {
             Self::Invalid(m)
             | Self::NotAvailable(m)
             | Self::Overloaded(m)
-            | Self::StartFailed(m) => m,
+            | Self::StartFailed(m)
+            | Self::SandboxUnavailable(m) => m,
             Self::Cwd(e) => e.message(),
             Self::NotAdmitted => NOT_ADMITTED,
             Self::Cancelled => CANCELLED,
@@ -191,6 +201,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     };
     let mut record = Record {
         req,
+        sandbox: ctx.sandbox,
         started,
         cwd: cwd_wire.clone(),
         env_keys: env::keys(req.env.keys().map(OsStr::new)),
@@ -245,7 +256,36 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
         .host_env
         .iter()
         .map(|(n, v)| (n.as_os_str(), v.as_os_str()));
-    let child_env = env::build(host, &req.env);
+    let mut child_env = env::build(host, &req.env);
+    // The sandbox's own temporary directory is the command's TMPDIR.
+    let confinement = match ctx.sandbox {
+        FsSandbox::Landlock(abi) => {
+            let host_var = |name: &str| {
+                ctx.host_env
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.as_os_str())
+            };
+            let tmp_base = host_var("TMPDIR")
+                .map(Path::new)
+                .filter(|p| p.is_absolute())
+                .unwrap_or(Path::new("/tmp"));
+            let root = Path::new(ctx.jail.root());
+            match sandbox::prepare(abi, root, host_var("PATH"), tmp_base, ctx.jail.protected()) {
+                Ok(prepared) => {
+                    child_env.insert("TMPDIR".into(), prepared.tmpdir.clone().into_os_string());
+                    Some(prepared)
+                }
+                Err(why) => {
+                    record.env_keys = env::keys(child_env.keys().map(OsString::as_os_str));
+                    return record.fail(ExecError::SandboxUnavailable(format!(
+                        "The command sandbox could not be set up, so the command was not started: {why}"
+                    )));
+                }
+            }
+        }
+        FsSandbox::Off | FsSandbox::Unavailable => None,
+    };
     record.env_keys = env::keys(child_env.keys().map(OsString::as_os_str));
 
     // Steps 9 and 9a.
@@ -299,7 +339,13 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
 
     // Step 10. The directory descriptor stays open until the spawner has
     // received it.
-    let spawned = run::spawn(ctx.spawner, &argv, &child_env, cwd_fd.as_fd());
+    let spawned = run::spawn(
+        ctx.spawner,
+        &argv,
+        &child_env,
+        cwd_fd.as_fd(),
+        confinement.as_ref().map(|c| c.ruleset.as_fd()),
+    );
     drop(cwd_fd);
     let (child, output) = match spawned {
         Ok(child) => child,
@@ -314,6 +360,8 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
         ctx.max_file_size_bytes,
         ctx.cancel,
     );
+    // The private temporary directory goes with the command.
+    drop(confinement);
     let duration_ms = record.elapsed_ms();
     if finished.cancelled {
         return CommandOutcome {
@@ -353,6 +401,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
 pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> CommandOutcome {
     let record = Record {
         req,
+        sandbox: ctx.sandbox,
         started: Instant::now(),
         cwd: match req.cwd.as_deref() {
             Some(cwd) if !cwd.is_empty() => cwd.to_owned(),
@@ -380,6 +429,8 @@ enum Program<'a> {
 /// The audit fields as far as the request got.
 struct Record<'a> {
     req: &'a ExecuteCommand,
+    /// Added to the record only when a sandbox was configured.
+    sandbox: FsSandbox,
     started: Instant,
     /// Raw (or root) until the jail accepted, then the resolved path.
     cwd: String,
@@ -394,13 +445,17 @@ impl Record<'_> {
     }
 
     fn details(&self) -> Details {
-        Details::new()
+        let details = Details::new()
             .with("command", json!(self.req.command))
             .with("argv", json!(self.req.argv))
             .with("shell", Value::String(self.req.shell.as_str().to_owned()))
             .with("cwd", Value::String(self.cwd.clone()))
             .with("env_keys", json!(self.env_keys))
-            .with("timeout_seconds", json!(self.timeout_seconds))
+            .with("timeout_seconds", json!(self.timeout_seconds));
+        match self.sandbox.audit_value() {
+            Some(sandbox) => details.with("sandbox", sandbox),
+            None => details,
+        }
     }
 
     /// A failure before the command ran: the error and its audit record.

@@ -195,19 +195,27 @@ impl Pipes {
 }
 
 /// Starts `argv` with exactly `env`, in the directory `cwd`, through the
-/// spawner: a new session, stdin `/dev/null`, stdout and stderr piped.
-/// Returns the command and our read ends.
+/// spawner: a new session, stdin `/dev/null`, stdout and stderr piped,
+/// under the Landlock ruleset `landlock` when given. Returns the command and our read ends.
 pub fn spawn(
     spawner: &Spawner,
     argv: &[OsString],
     env: &BTreeMap<OsString, OsString>,
     cwd: BorrowedFd<'_>,
+    landlock: Option<BorrowedFd<'_>>,
 ) -> io::Result<(Spawned, [OwnedFd; 2])> {
     if argv.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"));
     }
     let pipes = Pipes::new()?;
-    let spawned = spawner.spawn(argv, env, cwd, pipes.child_stdout, pipes.child_stderr)?;
+    let spawned = spawner.spawn(
+        argv,
+        env,
+        cwd,
+        pipes.child_stdout,
+        pipes.child_stderr,
+        landlock,
+    )?;
     Ok((spawned, [pipes.stdout, pipes.stderr]))
 }
 

@@ -255,6 +255,11 @@ impl Jail {
         &self.root
     }
 
+    /// The shim's protected locations this jail keeps requests out of.
+    pub fn protected(&self) -> &ProtectedLocations {
+        &self.options.protected
+    }
+
     /// The pinned root descriptor (`O_PATH`).
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.root_fd.as_fd()

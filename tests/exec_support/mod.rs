@@ -78,6 +78,7 @@ impl Fx {
             spawner: &self.spawner,
             cancel: &self.cancel,
             platform_deadline: None,
+            sandbox: autogpt_shim::exec::FsSandbox::Off,
         };
         exec::execute(&ctx, req)
     }

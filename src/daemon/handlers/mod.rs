@@ -402,6 +402,7 @@ impl OperationError for ExecError {
             ExecError::Cwd(e) => e.code(),
             ExecError::NotAvailable(_) => ErrorCode::ShellNotAvailable,
             ExecError::Overloaded(_) => ErrorCode::ShimOverloaded,
+            ExecError::SandboxUnavailable(_) => ErrorCode::CapabilityNotGranted,
             // The reference answers a malformed request as an exception.
             ExecError::Invalid(_)
             | ExecError::StartFailed(_)
@@ -412,7 +413,10 @@ impl OperationError for ExecError {
 
     fn into_payload(self, request: &Message) -> ErrorPayload {
         let code = self.code();
-        let details = path_details(code, request);
+        let mut details = path_details(code, request);
+        if let ExecError::SandboxUnavailable(_) = &self {
+            details.insert("reason".into(), "sandbox_unavailable".into());
+        }
         with_details(ErrorPayload::new(code, self.message()), details)
     }
 }

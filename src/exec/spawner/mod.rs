@@ -219,7 +219,8 @@ impl Spawner {
     }
 
     /// Starts `argv` with exactly `env` in the directory `cwd`, stdout and
-    /// stderr to the given write ends (which the shim no longer needs).
+    /// stderr to the given write ends (which the shim no longer needs),
+    /// under the Landlock ruleset `landlock` when one is given.
     /// Errors carry the `errno` of the failure (`ENOENT` for a missing
     /// program). While a dead spawner is being replaced, waits for the
     /// replacement.
@@ -230,11 +231,14 @@ impl Spawner {
         cwd: BorrowedFd<'_>,
         stdout: OwnedFd,
         stderr: OwnedFd,
+        landlock: Option<BorrowedFd<'_>>,
     ) -> io::Result<Spawned> {
         let deadline = Instant::now() + REPLY_TIMEOUT;
+        let mut fds = vec![cwd, stdout.as_fd(), stderr.as_fd()];
+        fds.extend(landlock);
         loop {
             let link = self.inner.live_link(deadline)?;
-            match link.spawn(argv, env, [cwd, stdout.as_fd(), stderr.as_fd()]) {
+            match link.spawn(argv, env, &fds) {
                 Ok(spawned) => return Ok(spawned),
                 Err(SpawnError::Gone) => {}
                 Err(SpawnError::Other(e)) => return Err(e),
@@ -357,7 +361,7 @@ impl Link {
         &self,
         argv: &[OsString],
         env: &BTreeMap<OsString, OsString>,
-        fds: [BorrowedFd<'_>; 3],
+        fds: &[BorrowedFd<'_>],
     ) -> Result<Spawned, SpawnError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = bounded(1);
@@ -375,7 +379,7 @@ impl Link {
         };
         let sent = {
             let _guard = lock(&self.send);
-            wire::send(self.sock.as_fd(), &frame, &fds)
+            wire::send(self.sock.as_fd(), &frame, fds)
         };
         if let Err(e) = sent {
             lock(&self.routes).pending.remove(&id);

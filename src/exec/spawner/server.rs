@@ -255,10 +255,19 @@ fn reap_one() -> Option<(Pid, rustix::process::WaitStatus)> {
 }
 
 /// Forks and execs one command with the received descriptors (cwd,
-/// stdout, stderr); returns its pid or the `errno` of the failure.
+/// stdout, stderr, and the Landlock ruleset of a sandboxed command);
+/// returns its pid or the `errno` of the failure.
 fn start(argv: &[OsString], env: Vec<(OsString, OsString)>, fds: Vec<OwnedFd>) -> Result<Pid, i32> {
     let einval = Errno::INVAL.raw_os_error();
-    let [cwd, stdout, stderr]: [OwnedFd; 3] = fds.try_into().map_err(|_| einval)?;
+    let mut fds = fds.into_iter();
+    let (Some(cwd), Some(stdout), Some(stderr)) = (fds.next(), fds.next(), fds.next()) else {
+        return Err(einval);
+    };
+    // A fourth descriptor is the command's Landlock ruleset.
+    let landlock = fds.next();
+    if fds.next().is_some() {
+        return Err(einval);
+    }
     let (program, args) = argv.split_first().ok_or(einval)?;
     let mut command = Command::new(program);
     command
@@ -269,7 +278,12 @@ fn start(argv: &[OsString], env: Vec<(OsString, OsString)>, fds: Vec<OwnedFd>) -
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
     let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(Errno::IO.raw_os_error());
-    crate::sys::prepare_command_child(&mut command, cwd.as_fd()).map_err(errno)?;
+    crate::sys::prepare_command_child(
+        &mut command,
+        cwd.as_fd(),
+        landlock.as_ref().map(AsFd::as_fd),
+    )
+    .map_err(errno)?;
     let child = command.spawn().map_err(errno)?;
     // The write ends and the directory close here, so the command's
     // output reaches EOF when the command (not this process) closes it.

@@ -26,8 +26,9 @@ use rustix::net::{
 /// larger request could never run anyway.
 pub const MAX_FRAME: usize = 8 * 1024 * 1024;
 
-/// The most descriptors one frame carries (cwd, stdout, stderr).
-pub const MAX_FDS: usize = 3;
+/// The most descriptors one frame carries (cwd, stdout, stderr and, for a
+/// sandboxed command, its Landlock ruleset).
+pub const MAX_FDS: usize = 4;
 
 /// The first frame from the shim: proves the peer is the shim and fixes
 /// the framing version.
@@ -39,7 +40,8 @@ pub enum Frame {
     /// Shim → spawner, first frame: [`MAGIC`].
     Hello(Vec<u8>),
     /// Shim → spawner: start `argv` with exactly `env`; descriptors: the
-    /// working directory, the stdout and the stderr write ends.
+    /// working directory, the stdout and the stderr write ends, and for a
+    /// sandboxed command the Landlock ruleset it must run under.
     Spawn {
         /// Correlates the reply.
         id: u64,

@@ -1,0 +1,362 @@
+//! The filesystem sandbox of commands (`command_sandbox = "workspace"`):
+//! the Landlock probe at start, and per command the ruleset (read and
+//! execute on the system directories and the user's `PATH`, read and write
+//! on the session root and a private temporary directory) and that
+//! directory itself.
+//!
+//! This module builds rulesets in the shim, before any fork; the forked
+//! child only installs the finished ruleset (`sys::prepare_command_child`).
+//! It never lets a rule be dropped silently: rulesets are built with
+//! `CompatLevel::HardRequirement` at the ABI the probe found, so a kernel
+//! that cannot enforce one of them makes the command fail instead of run
+//! less confined. It never grants a directory that is, holds or lies
+//! inside one of the shim's protected locations.
+
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+};
+use serde_json::{Value, json};
+
+use crate::jail::ProtectedLocations;
+
+/// The newest ABI this shim asks for; the probe settles on the newest one
+/// both it and the kernel know.
+const REQUESTED_ABI: ABI = ABI::V7;
+
+/// Read and execute is granted below these, when they exist.
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+
+/// `command_sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Commands run with the user's full access (the default).
+    #[default]
+    Off,
+    /// Commands run under Landlock, confined to the root and a private
+    /// temporary directory for writes.
+    Workspace,
+}
+
+impl SandboxMode {
+    /// The config spelling.
+    pub fn parse(value: &str) -> Option<SandboxMode> {
+        match value {
+            "off" => Some(SandboxMode::Off),
+            "workspace" => Some(SandboxMode::Workspace),
+            _ => None,
+        }
+    }
+}
+
+/// `command_sandbox_fallback`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxFallback {
+    /// A requested sandbox that is unavailable stops `start` (the default).
+    #[default]
+    Refuse,
+    /// Runs commands unconfined when the sandbox is unavailable, saying so.
+    Unconfined,
+}
+
+impl SandboxFallback {
+    /// The config spelling.
+    pub fn parse(value: &str) -> Option<SandboxFallback> {
+        match value {
+            "refuse" => Some(SandboxFallback::Refuse),
+            "unconfined" => Some(SandboxFallback::Unconfined),
+            _ => None,
+        }
+    }
+}
+
+/// What the daemon does with commands, decided once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsSandbox {
+    /// No sandbox was asked for: commands and their audit records are as
+    /// they always were.
+    #[default]
+    Off,
+    /// Every command runs under Landlock at this ABI.
+    Landlock(ABI),
+    /// A sandbox was asked for, Landlock is missing, and the user chose to
+    /// run unconfined anyway: every record says so.
+    Unavailable,
+}
+
+impl FsSandbox {
+    /// Decides from the settings and `probe` (the real one is
+    /// [`probe_landlock`]). `Err` is the one-line reason `start` refuses
+    /// with: what is missing, why, and what to do.
+    pub fn decide(
+        mode: SandboxMode,
+        fallback: SandboxFallback,
+        probe: impl FnOnce() -> Result<ABI, String>,
+    ) -> Result<FsSandbox, String> {
+        if mode == SandboxMode::Off {
+            return Ok(FsSandbox::Off);
+        }
+        match probe() {
+            Ok(abi) => Ok(FsSandbox::Landlock(abi)),
+            Err(_) if fallback == SandboxFallback::Unconfined => Ok(FsSandbox::Unavailable),
+            Err(why) => Err(format!(
+                "command_sandbox = \"workspace\" needs Landlock, which is unavailable: {why}; \
+                 use a kernel with Landlock enabled (Linux 5.13 or later, \"landlock\" in the lsm= \
+                 boot list), or set command_sandbox_fallback = \"unconfined\" to run commands \
+                 without it, or command_sandbox = \"off\""
+            )),
+        }
+    }
+
+    /// The `sandbox` value of a command's audit record; `None` when no
+    /// sandbox was configured (the record stays as it always was).
+    pub fn audit_value(&self) -> Option<Value> {
+        match self {
+            FsSandbox::Off => None,
+            FsSandbox::Landlock(abi) => Some(json!({"fs": format!("landlock-v{}", *abi as i32)})),
+            FsSandbox::Unavailable => Some(json!({"fs": "unavailable"})),
+        }
+    }
+}
+
+/// Creates a real ruleset and enforces it on a throwaway thread (Landlock
+/// restricts only the calling thread, and the thread ends right after),
+/// then reads back what the kernel enforced. Returns the ABI in use, or
+/// why Landlock cannot be used.
+pub fn probe_landlock() -> Result<ABI, String> {
+    let probe = std::thread::Builder::new()
+        .name("landlock-probe".into())
+        .spawn(|| -> Result<ABI, String> {
+            let status = Ruleset::default()
+                .handle_access(AccessFs::from_all(REQUESTED_ABI))
+                .and_then(|r| r.create())
+                .and_then(|r| r.restrict_self())
+                .map_err(|e| format!("the Landlock ruleset could not be applied ({e})"))?;
+            match (status.ruleset, status.landlock) {
+                (
+                    RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced,
+                    LandlockStatus::Available { effective_abi, .. },
+                ) => Ok(effective_abi),
+                (_, LandlockStatus::NotEnabled) => {
+                    Err("the kernel has Landlock but it is not enabled".into())
+                }
+                (_, LandlockStatus::NotImplemented) => {
+                    Err("the kernel does not implement Landlock".into())
+                }
+                _ => Err("the kernel did not enforce the Landlock ruleset".into()),
+            }
+        })
+        .map_err(|e| format!("the Landlock probe could not start ({e})"))?;
+    probe
+        .join()
+        .map_err(|_| "the Landlock probe failed".to_owned())?
+}
+
+/// One command's confinement: the ruleset to install in the child and its
+/// private temporary directory, removed when this is dropped.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The Landlock ruleset descriptor (close-on-exec).
+    pub ruleset: OwnedFd,
+    /// The private temporary directory, the command's `TMPDIR`.
+    pub tmpdir: PathBuf,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // Whatever the command left there goes with it.
+        let _ = std::fs::remove_dir_all(&self.tmpdir);
+    }
+}
+
+/// Builds the confinement of one command under `root`: a fresh 0700
+/// directory below `tmp_base` and a ruleset at `abi`. `path` is the shim's
+/// own `PATH` (never the request's: a request must not choose what becomes
+/// readable). Fails when the root conflicts with a protected location or
+/// anything cannot be set up exactly.
+pub fn prepare(
+    abi: ABI,
+    root: &Path,
+    path: Option<&OsStr>,
+    tmp_base: &Path,
+    protected: &ProtectedLocations,
+) -> Result<Prepared, String> {
+    if let Err(conflict) = protected.check_root(root) {
+        return Err(format!("the root cannot be granted: {conflict}"));
+    }
+    let tmpdir = make_private_dir(tmp_base)?;
+    // From here on, dropping `prepared` removes the directory.
+    let ruleset = build(abi, root, &tmpdir, path, protected);
+    match ruleset {
+        Ok(ruleset) => Ok(Prepared { ruleset, tmpdir }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmpdir);
+            Err(e)
+        }
+    }
+}
+
+fn build(
+    abi: ABI,
+    root: &Path,
+    tmpdir: &Path,
+    path: Option<&OsStr>,
+    protected: &ProtectedLocations,
+) -> Result<OwnedFd, String> {
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    // `> /dev/null` opens with O_TRUNC, which needs the truncate right.
+    let null = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate) & all;
+    let fail = |e: landlock::RulesetError| format!("the Landlock ruleset could not be built ({e})");
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .and_then(|r| r.create())
+        .map_err(fail)?;
+    let mut readable: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+    if let Some(path) = path {
+        readable.extend(std::env::split_paths(path).filter(|p| p.is_absolute()));
+    }
+    readable.sort();
+    readable.dedup();
+    for dir in &readable {
+        // Missing entries are common (no /lib32); a directory that would
+        // expose the shim's own files is left out rather than granted.
+        if !dir.is_dir() || protected.check_root(dir).is_err() {
+            continue;
+        }
+        let Ok(fd) = PathFd::new(dir) else { continue };
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, read)).map_err(fail)?;
+    }
+    // Character devices get file rights only.
+    for (device, access) in [
+        ("/dev/null", null),
+        ("/dev/zero", AccessFs::ReadFile.into()),
+        ("/dev/random", AccessFs::ReadFile.into()),
+        ("/dev/urandom", AccessFs::ReadFile.into()),
+    ] {
+        let Ok(fd) = PathFd::new(device) else {
+            continue;
+        };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(fail)?;
+    }
+    for dir in [root, tmpdir] {
+        let fd = PathFd::new(dir)
+            .map_err(|e| format!("{} cannot be opened for the sandbox ({e})", dir.display()))?;
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, all)).map_err(fail)?;
+    }
+    let fd: Option<OwnedFd> = ruleset.into();
+    fd.ok_or_else(|| "the kernel gave no Landlock ruleset".to_owned())
+}
+
+/// A new directory only the user can enter, with an unguessable name.
+fn make_private_dir(base: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut random = [0u8; 12];
+    getrandom::fill(&mut random)
+        .map_err(|e| format!("no randomness for a temporary name ({e})"))?;
+    let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = base.join(format!("autogpt-shim-cmd-{name}"));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| {
+            format!(
+                "the command's private temporary directory could not be created in {} ({e})",
+                base.display()
+            )
+        })?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn off_never_probes_and_adds_nothing_to_the_record() {
+        let decided = FsSandbox::decide(SandboxMode::Off, SandboxFallback::Refuse, || {
+            panic!("probed although the sandbox is off")
+        });
+        assert_eq!(decided, Ok(FsSandbox::Off));
+        assert_eq!(FsSandbox::Off.audit_value(), None);
+    }
+
+    #[test]
+    fn workspace_without_landlock_refuses_naming_what_is_missing_and_what_to_do() {
+        let decided = FsSandbox::decide(SandboxMode::Workspace, SandboxFallback::Refuse, || {
+            Err("the kernel does not implement Landlock".into())
+        });
+        let message = decided.unwrap_err();
+        assert!(message.contains("Landlock"), "{message}");
+        assert!(message.contains("does not implement"), "{message}");
+        assert!(message.contains("command_sandbox_fallback"), "{message}");
+        assert!(!message.contains('\n'));
+    }
+
+    #[test]
+    fn workspace_without_landlock_runs_unconfined_only_when_chosen_and_says_so() {
+        let decided =
+            FsSandbox::decide(SandboxMode::Workspace, SandboxFallback::Unconfined, || {
+                Err("the kernel does not implement Landlock".into())
+            });
+        assert_eq!(decided, Ok(FsSandbox::Unavailable));
+        assert_eq!(
+            FsSandbox::Unavailable.audit_value(),
+            Some(json!({"fs": "unavailable"}))
+        );
+    }
+
+    #[test]
+    fn workspace_with_landlock_records_the_abi() {
+        let decided = FsSandbox::decide(SandboxMode::Workspace, SandboxFallback::Refuse, || {
+            Ok(ABI::V5)
+        });
+        assert_eq!(decided, Ok(FsSandbox::Landlock(ABI::V5)));
+        assert_eq!(
+            FsSandbox::Landlock(ABI::V5).audit_value(),
+            Some(json!({"fs": "landlock-v5"}))
+        );
+    }
+
+    #[test]
+    fn a_temporary_base_that_cannot_hold_the_directory_fails_the_setup() {
+        let root = tempfile::tempdir().unwrap();
+        let missing = root.path().join("no-such-dir");
+        let protected = ProtectedLocations::default();
+        let error = prepare(ABI::V1, root.path(), None, &missing, &protected).unwrap_err();
+        assert!(error.contains("private temporary directory"), "{error}");
+    }
+
+    #[test]
+    fn the_private_directory_is_0700_and_removed_with_the_preparation() {
+        use std::os::unix::fs::PermissionsExt;
+        if probe_landlock().is_err() {
+            // Without Landlock no ruleset can be built; the refusal paths
+            // are covered above.
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let protected = ProtectedLocations::default();
+        let abi = probe_landlock().unwrap();
+        let prepared = prepare(abi, root.path(), None, base.path(), &protected).unwrap();
+        let mode = std::fs::metadata(&prepared.tmpdir)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let dir = prepared.tmpdir.clone();
+        drop(prepared);
+        assert!(!dir.exists());
+    }
+}
