@@ -45,6 +45,7 @@ const CONTROL_LABELS: &[&str] = &[
     "display",
     "local_llm",
     "hardware",
+    "command_sandbox",
     "containment",
     "autostart",
     "endpoint",
@@ -578,12 +579,9 @@ fn doctor_lists_the_models_of_a_reachable_ollama() {
         llm.detail,
         format!("{}: 2 model(s): llama3.2:3b, qwen2.5:0.5b", ollama.url())
     );
-    // The label column is as wide as the longest label of the build.
-    let width = if cfg!(feature = "desktop") {
-        "screenshot_mask".len()
-    } else {
-        "folder_browser".len()
-    };
+    // The label column is as wide as the longest label: `command_sandbox`
+    // (as long as the desktop build's `screenshot_mask`).
+    let width = "command_sandbox".len();
     let printed = format!(
         "[OK  ] {:<width$}  {}: 2 model(s): llama3.2:3b, qwen2.5:0.5b",
         "local_llm",

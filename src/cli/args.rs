@@ -542,6 +542,7 @@ mod tests {
             "ID" => "session-1",
             "DUR" => "1d",
             "OP" => "FILE_READ",
+            "MODE" => "workspace",
             other => panic!("no sample value for the placeholder {other}: add one here"),
         }
     }

@@ -81,6 +81,12 @@ pub(crate) fn values(placeholder: &str) -> Option<Values> {
         "PATH" => Values::Files,
         "LEVEL" => Values::Words(LogLevel::ALL.iter().map(|l| l.as_str()).collect()),
         "OP" => Values::Words(OPS.to_vec()),
+        "MODE" => Values::Words(
+            crate::exec::SandboxMode::ALL
+                .iter()
+                .map(|m| m.as_str())
+                .collect(),
+        ),
         "<SHELL>" => Values::Words(Shell::ALL.iter().map(|s| s.name()).collect()),
         "URL" | "HEX,..." | "ID" | "DUR" | "<seq>" => Values::Free,
         "[COMMAND]" | "[SUBCOMMAND]" => Values::Commands,

@@ -45,12 +45,19 @@ pub enum SandboxMode {
 }
 
 impl SandboxMode {
+    /// Every mode, in the order `--help` and the completions list them.
+    pub const ALL: [SandboxMode; 2] = [SandboxMode::Off, SandboxMode::Workspace];
+
     /// The config spelling.
     pub fn parse(value: &str) -> Option<SandboxMode> {
-        match value {
-            "off" => Some(SandboxMode::Off),
-            "workspace" => Some(SandboxMode::Workspace),
-            _ => None,
+        SandboxMode::ALL.into_iter().find(|m| m.as_str() == value)
+    }
+
+    /// The spelling `parse` accepts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::Workspace => "workspace",
         }
     }
 }

@@ -84,6 +84,11 @@ pub fn checks(config: &Config, env: &Environment) -> Local {
         config.enable_hardware,
         &crate::hardware::Roots::system(),
     ));
+    checks.push(command_sandbox(crate::exec::FsSandbox::decide(
+        config.command_sandbox,
+        config.command_sandbox_fallback,
+        crate::exec::sandbox::probe_landlock,
+    )));
     checks.push(containment());
     checks.push(autostart(config, env));
 
@@ -640,6 +645,31 @@ fn hardware_devices(enabled: bool, roots: &crate::hardware::Roots) -> Check {
     Check::ok(LABEL, format!("{}; {found}", capabilities.join(", ")))
 }
 
+/// `command_sandbox` (this shim's own): what `start` would decide for the
+/// commands' filesystem sandbox, with the same Landlock probe. Blocking
+/// exactly when `start` would refuse to run.
+fn command_sandbox(decided: Result<crate::exec::FsSandbox, String>) -> Check {
+    const LABEL: &str = "command_sandbox";
+    match decided {
+        Ok(crate::exec::FsSandbox::Off) => {
+            Check::info(LABEL, "off (commands have your full access)")
+        }
+        Ok(crate::exec::FsSandbox::Landlock(abi)) => Check::ok(
+            LABEL,
+            format!(
+                "workspace: Landlock ABI {} confines commands to the session root",
+                abi as i32
+            ),
+        ),
+        Ok(crate::exec::FsSandbox::Unavailable) => Check::warn(
+            LABEL,
+            "workspace requested but Landlock is unavailable: commands run unconfined \
+             (command_sandbox_fallback = \"unconfined\")",
+        ),
+        Err(why) => Check::fail(LABEL, one_line(&why)).blocking(true),
+    }
+}
+
 /// Linux `display_server`: the session type from `XDG_SESSION_TYPE`, else
 /// Wayland when `WAYLAND_DISPLAY` is set, else X11 when `DISPLAY` is; a
 /// set `WAYLAND_DISPLAY` makes an `x11` session Wayland too, as computer
@@ -771,6 +801,32 @@ mod tests {
 
     fn blocks(checks: &[Check]) -> bool {
         checks.iter().any(|c| c.blocking)
+    }
+
+    #[test]
+    fn the_sandbox_line_blocks_exactly_where_start_would_refuse() {
+        use crate::exec::{FsSandbox, SandboxFallback, SandboxMode};
+        let missing = || Err("no Landlock here".to_owned());
+        let refused = command_sandbox(FsSandbox::decide(
+            SandboxMode::Workspace,
+            SandboxFallback::Refuse,
+            missing,
+        ));
+        assert_eq!(refused.marker, Marker::Fail);
+        assert!(refused.blocking);
+        let unconfined = command_sandbox(FsSandbox::decide(
+            SandboxMode::Workspace,
+            SandboxFallback::Unconfined,
+            missing,
+        ));
+        assert_eq!(unconfined.marker, Marker::Warn);
+        assert!(!unconfined.blocking);
+        let off = command_sandbox(FsSandbox::decide(
+            SandboxMode::Off,
+            SandboxFallback::Refuse,
+            missing,
+        ));
+        assert_eq!(off.marker, Marker::Info);
     }
 
     #[test]
