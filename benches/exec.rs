@@ -3,7 +3,9 @@
 //! with the parent small and then holding 256 MiB resident (fork-based
 //! spawning copies page tables, so it slows down as the parent grows; the
 //! module forks in its small spawner process instead, so its cost should
-//! not move with the shim's size).
+//! not move with the shim's size). Then the added latency of each
+//! command sandbox (Landlock, the network namespace, both) beside no
+//! sandbox, in the same run.
 //! Run with `cargo bench --bench exec` (`BENCH_RUNS` sets the sample count).
 
 // A benchmark whose setup fails has nothing to measure: stopping is right.
@@ -38,15 +40,63 @@ fn measure(label: &str, runs: usize, ctx: &ExecContext<'_>, req: &ExecuteCommand
         let status = std::process::Command::new("true").status().unwrap();
         assert!(status.success());
     });
-    let (m50, m99) = percentiles(runs, || {
-        let out = execute(ctx, black_box(req));
-        let result = out.reply.unwrap();
-        assert_eq!(result.exit_code, 0);
-    });
+    let (m50, m99) = execute_percentiles(runs, ctx, req);
     println!(
         "{label:<22} bare Command::status p50 {b50:>7.0} µs p99 {b99:>7.0} µs | EXECUTE_COMMAND argv [\"true\"] p50 {m50:>7.0} µs p99 {m99:>7.0} µs | p50 ratio {:.2}x",
         m50 / b50
     );
+}
+
+/// p50 and p99 of `EXECUTE_COMMAND argv ["true"]` under `ctx`.
+fn execute_percentiles(runs: usize, ctx: &ExecContext<'_>, req: &ExecuteCommand) -> (f64, f64) {
+    percentiles(runs, || {
+        let out = execute(ctx, black_box(req));
+        let result = out.reply.unwrap();
+        assert_eq!(result.exit_code, 0);
+    })
+}
+
+/// Every sandbox this kernel offers, next to none.
+fn sandbox_modes(runs: usize, ctx: &ExecContext<'_>, req: &ExecuteCommand) {
+    use autogpt_shim::exec::sandbox::{probe_landlock, probe_network};
+    use autogpt_shim::exec::{CommandSandbox, FsSandbox, NetSandbox};
+    let fs = probe_landlock().ok().map(FsSandbox::Landlock);
+    let net = probe_network().ok().map(|()| NetSandbox::Namespace);
+    let mut modes = vec![("no sandbox", Some(CommandSandbox::default()))];
+    modes.push((
+        "workspace (Landlock)",
+        fs.map(|fs| CommandSandbox {
+            fs,
+            net: NetSandbox::Off,
+        }),
+    ));
+    modes.push((
+        "network none",
+        net.map(|net| CommandSandbox {
+            fs: FsSandbox::Off,
+            net,
+        }),
+    ));
+    modes.push((
+        "workspace + none",
+        fs.zip(net).map(|(fs, net)| CommandSandbox { fs, net }),
+    ));
+    println!("sandbox modes, {runs} runs each");
+    let mut baseline = None;
+    for (label, sandbox) in modes {
+        let Some(sandbox) = sandbox else {
+            println!("{label:<22} unavailable on this kernel");
+            continue;
+        };
+        let ctx = ExecContext { sandbox, ..*ctx };
+        let (p50, p99) = execute_percentiles(runs, &ctx, req);
+        let base = *baseline.get_or_insert(p50);
+        println!(
+            "{label:<22} EXECUTE_COMMAND argv [\"true\"] p50 {p50:>7.0} µs p99 {p99:>7.0} µs | added p50 {:>6.0} µs | ratio {:.2}x",
+            p50 - base,
+            p50 / base
+        );
+    }
 }
 
 fn main() {
@@ -70,7 +120,7 @@ fn main() {
         spawner: &spawner,
         cancel: &cancel,
         platform_deadline: None,
-        sandbox: autogpt_shim::exec::FsSandbox::Off,
+        sandbox: autogpt_shim::exec::CommandSandbox::default(),
     };
     let req = ExecuteCommand {
         command: None,
@@ -82,6 +132,7 @@ fn main() {
     };
     println!("command start-up, {runs} runs each");
     measure("small parent", runs, &ctx, &req);
+    sandbox_modes(runs, &ctx, &req);
     // 256 MiB touched, so it is resident, not just reserved.
     let ballast: Vec<u8> = vec![1u8; 256 << 20];
     let resident: u64 = ballast.iter().step_by(4096).map(|&b| u64::from(b)).sum();

@@ -4,7 +4,9 @@
 //! SIGINT or SIGTERM becomes an orderly exit with status 0 instead of the
 //! default action of killing the process; the pre-exec hook that puts a
 //! command in its own session and working directory (EXEC.md §6), under
-//! its Landlock ruleset when the command sandbox is on; the
+//! its Landlock ruleset when the command sandbox is on, and in its own
+//! network namespace behind a socket filter when commands have no network
+//! ([`isolation`]); the
 //! inode-generation query that folder identities use (CONTROL.md §6); the
 //! count of a socket's bytes its peer has not acknowledged (the keepalive);
 //! taking a secret variable out of the process environment, including the
@@ -25,6 +27,11 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+
+mod isolation;
+
+pub use isolation::probe as probe_network_isolation;
+pub use isolation::{ConfinementFailure, NetworkIsolation, Part as ConfinementPart};
 
 /// A set of blocked signals, to be waited for with
 /// [`wait_for_termination_signal`].
@@ -100,13 +107,17 @@ pub fn wait_for_termination_signal(set: &SignalSet) -> io::Result<i32> {
 /// exits, so the caller must outlive the direct child in that thread
 /// (supervising it until it has exited does).
 ///
-/// With `landlock`, a Landlock ruleset descriptor built before the fork,
-/// the child also sets `no_new_privs` and enforces that ruleset on itself
-/// as its last step before `exec`; if either fails the child never execs.
+/// With `network`, the child enters its own user and network namespace
+/// and installs the socket filter ([`NetworkIsolation::enter`]). With
+/// `landlock`, a Landlock ruleset descriptor built before the fork, the
+/// child also sets `no_new_privs` and enforces that ruleset on itself as
+/// its last step before `exec`. If any of these fails the child never
+/// execs, and the spawn error carries the step ([`ConfinementFailure`]).
 pub fn prepare_command_child(
     command: &mut Command,
     cwd: BorrowedFd<'_>,
     landlock: Option<BorrowedFd<'_>>,
+    network: Option<NetworkIsolation>,
 ) -> io::Result<()> {
     // The hook owns a duplicate (close-on-exec), so it stays valid for as
     // long as `command` can spawn; it closes when `command` is dropped.
@@ -141,14 +152,19 @@ pub fn prepare_command_child(
         // close-on-exec anyway. Kernels without close_range (before 5.11)
         // keep the flags as they were.
         cloexec_from(3);
+        if let Some(network) = &network {
+            network.enter()?;
+        }
         if let Some(ruleset) = &landlock {
-            restrict_self(ruleset.as_raw_fd())?;
+            restrict_self(ruleset.as_raw_fd())
+                .map_err(|e| isolation::tag(ConfinementPart::Landlock, e))?;
         }
         Ok(())
     };
     // SAFETY: the hook only calls async-signal-safe functions (setsid,
     // prctl, getppid, _exit, fchdir, sigprocmask, signal, close_range,
-    // landlock_restrict_self) and allocates nothing.
+    // unshare, open, write, close, socket, ioctl, landlock_restrict_self)
+    // and allocates nothing.
     unsafe {
         command.pre_exec(hook);
     }

@@ -185,6 +185,8 @@ fn sample(placeholder: &str) -> &'static str {
         "ID" => "session-1",
         "DUR" => "1d",
         "OP" => "FILE_READ",
+        "MODE" => "workspace",
+        "NETWORK" => "none",
         other => panic!("no sample value for {other}"),
     }
 }

@@ -118,6 +118,8 @@ fn sample(placeholder: &str) -> &'static str {
         "LEVEL" => "info",
         "OP" => "FILE_READ",
         "DUR" => "30d",
+        "MODE" => "workspace",
+        "NETWORK" => "none",
         _ => "x",
     }
 }

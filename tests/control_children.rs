@@ -103,7 +103,7 @@ fn fixture() -> Fixture {
                 shell_enabled: false,
                 refuse_multilink_reads: false,
                 umask: rustix::fs::Mode::from_raw_mode(0o022),
-                sandbox: autogpt_shim::exec::FsSandbox::Off,
+                sandbox: autogpt_shim::exec::CommandSandbox::default(),
             })
         },
         jail_options: JailOptions::default(),

@@ -130,7 +130,7 @@ fn setup_limited(
             shell_enabled,
             refuse_multilink_reads: false,
             umask: rustix::fs::Mode::from_raw_mode(0o022),
-            sandbox: autogpt_shim::exec::FsSandbox::Off,
+            sandbox: autogpt_shim::exec::CommandSandbox::default(),
         }),
         audit: AuditSink::Log(log.clone()),
         granted: granted.iter().map(|g| (*g).to_owned()).collect(),

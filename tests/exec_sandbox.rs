@@ -82,7 +82,7 @@ fn workspace_confines_writes_and_reads_and_records_the_abi() {
     let details = details_of(&home, &id);
     assert_eq!(
         details["sandbox"],
-        json!({"fs": format!("landlock-v{abi}")})
+        json!({"fs": format!("landlock-v{abi}"), "net": "allow"})
     );
 
     // Outside the root: refused by the kernel, nothing written.

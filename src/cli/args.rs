@@ -466,6 +466,18 @@ fn parse_start(
                 overrides.command_sandbox = Some(mode);
                 continue;
             }
+            ("--command-network", Some(v)) => {
+                let mode = text(option, v)?;
+                if crate::exec::NetworkMode::parse(&mode).is_none() {
+                    return Err(UsageError::InvalidValue {
+                        option: option.long,
+                        reason: "must be allow or none",
+                    }
+                    .into());
+                }
+                overrides.command_network = Some(mode);
+                continue;
+            }
             ("--enable-shell", None) => &mut overrides.enable_shell,
             ("--enable-computer-use", None) => &mut overrides.enable_computer_use,
             ("--enable-clipboard", None) => &mut overrides.enable_clipboard,
@@ -543,6 +555,7 @@ mod tests {
             "DUR" => "1d",
             "OP" => "FILE_READ",
             "MODE" => "workspace",
+            "NETWORK" => "none",
             other => panic!("no sample value for the placeholder {other}: add one here"),
         }
     }

@@ -262,6 +262,13 @@ const START: CommandSpec = CommandSpec {
             key: Some("command_sandbox"),
         },
         OptionSpec {
+            long: "--command-network",
+            short: None,
+            value: Some("NETWORK"),
+            help: "none: run commands in their own network namespace, with only their own loopback",
+            key: Some("command_network"),
+        },
+        OptionSpec {
             long: "--session-id",
             short: None,
             value: Some("ID"),

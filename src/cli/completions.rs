@@ -87,6 +87,12 @@ pub(crate) fn values(placeholder: &str) -> Option<Values> {
                 .map(|m| m.as_str())
                 .collect(),
         ),
+        "NETWORK" => Values::Words(
+            crate::exec::NetworkMode::ALL
+                .iter()
+                .map(|m| m.as_str())
+                .collect(),
+        ),
         "<SHELL>" => Values::Words(Shell::ALL.iter().map(|s| s.name()).collect()),
         "URL" | "HEX,..." | "ID" | "DUR" | "<seq>" => Values::Free,
         "[COMMAND]" | "[SUBCOMMAND]" => Values::Commands,

@@ -38,7 +38,7 @@ use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::runtime_file::{RunningSettings, RuntimeFile};
 use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
 use crate::desktop::{self, Desktop};
-use crate::exec::FsSandbox;
+use crate::exec::CommandSandbox;
 use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
 use crate::exit;
@@ -126,10 +126,10 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
 
     // The command sandbox, probed once: a requested sandbox that cannot be
     // had stops the shim here, unless the user chose to run without it.
-    let sandbox = match FsSandbox::decide(
+    let sandbox = match CommandSandbox::decide(
         config.command_sandbox,
+        config.command_network,
         config.command_sandbox_fallback,
-        crate::exec::sandbox::probe_landlock,
     ) {
         Ok(sandbox) => sandbox,
         Err(reason) => {
@@ -137,16 +137,17 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
             return exit::EX_CONFIG;
         }
     };
-    match sandbox {
-        FsSandbox::Unavailable => log.warn(
+    let missing = sandbox.missing();
+    if !missing.is_empty() {
+        log.warn(
             "exec",
-            "command sandbox UNAVAILABLE (Landlock is missing): commands run unconfined, as command_sandbox_fallback = \"unconfined\" allows",
-        ),
-        FsSandbox::Landlock(abi) => log.info(
-            "exec",
-            format!("command sandbox: workspace (Landlock ABI {})", abi as i32),
-        ),
-        FsSandbox::Off => {}
+            format!(
+                "command sandbox: {} UNAVAILABLE: commands run without it, as command_sandbox_fallback = \"unconfined\" allows",
+                missing.join(" and ")
+            ),
+        );
+    } else if sandbox != CommandSandbox::default() {
+        log.info("exec", format!("command sandbox: {}", sandbox.describe()));
     }
 
     // The shim's own directories, placed once: no root may hold them and
@@ -292,7 +293,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         _ => Daemon::Control,
     };
     let announcement = announcement(&config, &identity, &daemon);
-    let settings = running_settings(&config, &identity, &daemon);
+    let settings = running_settings(&config, &identity, &daemon, &sandbox);
 
     // Step 8.
     let code = match Running::start(RunningParts {
@@ -450,7 +451,12 @@ fn announcement(config: &Config, identity: &Identity, daemon: &Daemon) -> String
 }
 
 /// What `status` shows of this daemon (the runtime file).
-fn running_settings(config: &Config, identity: &Identity, daemon: &Daemon) -> RunningSettings {
+fn running_settings(
+    config: &Config,
+    identity: &Identity,
+    daemon: &Daemon,
+    sandbox: &CommandSandbox,
+) -> RunningSettings {
     let (session_id, allowed_root, kind) = match daemon {
         Daemon::Legacy { session_id, jail } => (
             Some(session_id.clone()),
@@ -479,6 +485,7 @@ fn running_settings(config: &Config, identity: &Identity, daemon: &Daemon) -> Ru
             .collect(),
         config_file: config.config_file.display().to_string(),
         audit_log: config.audit_log_path.display().to_string(),
+        command_sandbox: sandbox.describe(),
     }
 }
 
@@ -541,7 +548,7 @@ struct RunningParts<'a> {
     grant_key: GrantKey,
     revisions: Option<Revisions>,
     protected: ProtectedLocations,
-    sandbox: FsSandbox,
+    sandbox: CommandSandbox,
     log: &'a Log,
     stop: &'a Arc<AtomicBool>,
 }

@@ -136,6 +136,13 @@ fn running_daemon(config: &Config, stdout: &mut dyn Write) {
         "disabled"
     };
     say!(stdout, "  shell commands: {shell}");
+    if !settings.command_sandbox.is_empty() {
+        say!(
+            stdout,
+            "  command sandbox: {}",
+            one_line(&settings.command_sandbox)
+        );
+    }
     say!(
         stdout,
         "  capabilities: {}",

@@ -58,6 +58,7 @@ pub(crate) const KEYS: &[&str] = &[
     "tls_pin_sha256",
     "command_sandbox",
     "command_sandbox_fallback",
+    "command_network",
 ];
 
 /// The key spelled exactly `name`, as a `'static` string.
@@ -97,6 +98,9 @@ pub struct Overrides {
     /// `start --command-sandbox MODE`. Only `workspace` is passed on: a
     /// flag can switch the sandbox on but never off.
     pub command_sandbox: Option<String>,
+    /// `start --command-network NETWORK`. Only `none` is passed on: a flag
+    /// can take the network away but never give it back.
+    pub command_network: Option<String>,
     /// Any other key, as `(key, value)` in environment-variable syntax
     /// (CLI.md §5.4), with flag precedence. For embedding programs and tests;
     /// the typed fields above win over an entry for the same key.
@@ -154,6 +158,13 @@ impl Layers {
         }
         if let Some(v) = overrides.command_sandbox.as_deref().filter(|v| *v != "off") {
             flag("command_sandbox", OsStr::new(v), "--command-sandbox");
+        }
+        if let Some(v) = overrides
+            .command_network
+            .as_deref()
+            .filter(|v| *v != "allow")
+        {
+            flag("command_network", OsStr::new(v), "--command-network");
         }
         let switches = [
             (overrides.enable_shell, "enable_shell", "--enable-shell"),

@@ -173,6 +173,8 @@ pub struct Settings {
     pub refuse_multilink_reads: bool,
     /// `command_sandbox`: the filesystem sandbox of commands.
     pub command_sandbox: crate::exec::SandboxMode,
+    /// `command_network`: whether commands have the host's network.
+    pub command_network: crate::exec::NetworkMode,
     /// `command_sandbox_fallback`: what a requested but unavailable
     /// sandbox does to `start`.
     pub command_sandbox_fallback: crate::exec::SandboxFallback,
@@ -533,6 +535,12 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
                     &setting,
                     "must be \"off\" or \"workspace\"",
                 )
+            })?
+        },
+        command_network: {
+            let setting = layers.string("command_network", "allow")?;
+            crate::exec::NetworkMode::parse(&setting.value).ok_or_else(|| {
+                invalid("command_network", &setting, "must be \"allow\" or \"none\"")
             })?
         },
         command_sandbox_fallback: {

@@ -46,6 +46,10 @@ pub struct RunningSettings {
     pub config_file: String,
     /// Its audit log.
     pub audit_log: String,
+    /// What confines its commands, as one line (absent from the files of
+    /// earlier versions).
+    #[serde(default)]
+    pub command_sandbox: String,
 }
 
 /// The written file, removed when the value is dropped, so that no way out
@@ -109,6 +113,7 @@ mod tests {
             capabilities: vec!["shell".into(), "files".into()],
             config_file: "/c/config.toml".into(),
             audit_log: "/s/audit.log".into(),
+            command_sandbox: "files unconfined; network none (own namespace, loopback only)".into(),
         }
     }
 
@@ -137,5 +142,14 @@ mod tests {
         assert!(read(dir.path()).is_err());
         std::fs::write(&path, vec![b' '; 70 * 1024]).unwrap();
         assert!(read(dir.path()).unwrap_err().contains("larger than"));
+    }
+
+    #[test]
+    fn a_file_of_an_earlier_version_without_the_sandbox_line_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut value = serde_json::to_value(settings()).unwrap();
+        value.as_object_mut().unwrap().remove("command_sandbox");
+        std::fs::write(dir.path().join(FILE_NAME), value.to_string()).unwrap();
+        assert_eq!(read(dir.path()).unwrap().command_sandbox, "");
     }
 }

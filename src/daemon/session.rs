@@ -143,8 +143,8 @@ pub struct DataPlane {
     pub refuse_multilink_reads: bool,
     /// The process umask captured at start.
     pub umask: rustix::fs::Mode,
-    /// The filesystem sandbox of commands, decided at start.
-    pub sandbox: crate::exec::FsSandbox,
+    /// The sandboxes of commands, decided at start.
+    pub sandbox: crate::exec::CommandSandbox,
 }
 
 impl std::fmt::Debug for DataPlane {

@@ -23,8 +23,10 @@ pub use cancel::Cancel;
 pub use output::{MARKER, TEXT_CAP};
 /// Killing a command's process group, and whether it is gone.
 pub use run::{group_gone, terminate_group};
-/// The filesystem sandbox of commands.
-pub use sandbox::{FsSandbox, SandboxFallback, SandboxMode};
+/// The filesystem and network sandboxes of commands.
+pub use sandbox::{
+    CommandSandbox, FsSandbox, NetSandbox, NetworkMode, SandboxFallback, SandboxMode,
+};
 /// The handle to the spawner process that starts the commands.
 pub use spawner::Spawner;
 
@@ -39,10 +41,12 @@ use rustix::process::Pid;
 use serde_json::{Value, json};
 
 use self::run::ResultBy;
+use self::spawner::Confinement;
 use crate::audit::Details;
 use crate::files::{Audit, FileError, JailedError, Step, fd_mount_ok, jailed};
 use crate::jail::{Decision, EnforceError, Jail};
 use crate::protocol::{CommandResult, ExecuteCommand, MessageType};
+use crate::sys::ConfinementFailure;
 
 /// What a command needs besides its request.
 #[derive(Debug, Clone, Copy)]
@@ -63,8 +67,8 @@ pub struct ExecContext<'a> {
     pub cancel: &'a Cancel,
     /// How long the platform waits for this request's reply, when known.
     pub platform_deadline: Option<PlatformDeadline>,
-    /// The filesystem sandbox every command runs under, decided at start.
-    pub sandbox: FsSandbox,
+    /// The sandboxes every command runs under, decided at start.
+    pub sandbox: CommandSandbox,
 }
 
 /// The platform's wait for a reply: it drops a reply that arrives later
@@ -123,9 +127,12 @@ pub enum ExecError {
     Cwd(FileError),
     /// The program exists but could not be started.
     StartFailed(String),
-    /// The command sandbox is configured but could not be set up for this
-    /// command; it was not started (never unconfined instead).
+    /// The filesystem sandbox is configured but could not be set up for
+    /// this command; it was not started (never unconfined instead).
     SandboxUnavailable(String),
+    /// Commands have no network, but this one's isolation could not be set
+    /// up; it was not started (never with the network instead).
+    NetworkIsolationUnavailable(String),
     /// The command reached the handler without passing the command limits.
     NotAdmitted,
     /// The connection closed, the session stopped or the shim is shutting
@@ -141,7 +148,8 @@ impl ExecError {
             | Self::NotAvailable(m)
             | Self::Overloaded(m)
             | Self::StartFailed(m)
-            | Self::SandboxUnavailable(m) => m,
+            | Self::SandboxUnavailable(m)
+            | Self::NetworkIsolationUnavailable(m) => m,
             Self::Cwd(e) => e.message(),
             Self::NotAdmitted => NOT_ADMITTED,
             Self::Cancelled => CANCELLED,
@@ -258,7 +266,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
         .map(|(n, v)| (n.as_os_str(), v.as_os_str()));
     let mut child_env = env::build(host, &req.env);
     // The sandbox's own temporary directory is the command's TMPDIR.
-    let confinement = match ctx.sandbox {
+    let confinement = match ctx.sandbox.fs {
         FsSandbox::Landlock(abi) => {
             let host_var = |name: &str| {
                 ctx.host_env
@@ -344,7 +352,10 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
         &argv,
         &child_env,
         cwd_fd.as_fd(),
-        confinement.as_ref().map(|c| c.ruleset.as_fd()),
+        Confinement {
+            landlock: confinement.as_ref().map(|c| c.ruleset.as_fd()),
+            isolate_network: ctx.sandbox.net == NetSandbox::Namespace,
+        },
     );
     drop(cwd_fd);
     let (child, output) = match spawned {
@@ -430,7 +441,7 @@ enum Program<'a> {
 struct Record<'a> {
     req: &'a ExecuteCommand,
     /// Added to the record only when a sandbox was configured.
-    sandbox: FsSandbox,
+    sandbox: CommandSandbox,
     started: Instant,
     /// Raw (or root) until the jail accepted, then the resolved path.
     cwd: String,
@@ -505,14 +516,25 @@ fn open_cwd(jail: &Jail, d: &Decision) -> Result<OwnedFd, Step> {
     }
 }
 
-/// Step 10's failure: a missing program is not available (answered as a
-/// missing shell, as the reference reports it); anything else failed to
-/// start.
+/// Step 10's failure: a sandbox step that failed in the child refuses
+/// the command; a missing program is not available (answered as a missing
+/// shell, as the reference reports it); anything else failed to start.
 fn spawn_error(argv: &[OsString], e: &std::io::Error) -> ExecError {
     let program = argv
         .first()
         .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
         .unwrap_or_default();
+    if let Some(failure) = e.raw_os_error().and_then(ConfinementFailure::decode) {
+        let message = format!(
+            "The command sandbox could not be set up, so the command was not started: {}",
+            failure.message()
+        );
+        return if failure.part.is_network() {
+            ExecError::NetworkIsolationUnavailable(message)
+        } else {
+            ExecError::SandboxUnavailable(message)
+        };
+    }
     if e.kind() == std::io::ErrorKind::NotFound {
         ExecError::NotAvailable(format!("Executable not found: {program}"))
     } else {

@@ -27,7 +27,7 @@ use rustix::process::{Pid, Signal};
 
 use super::cancel::Cancel;
 use super::output::{Collected, Collector, Stream};
-use super::spawner::{Spawned, Spawner};
+use super::spawner::{Confinement, Spawned, Spawner};
 
 /// How long the group gets between SIGTERM and SIGKILL, the wait for the
 /// leader's status after SIGKILL, and the wait for pipe EOF.
@@ -202,7 +202,7 @@ pub fn spawn(
     argv: &[OsString],
     env: &BTreeMap<OsString, OsString>,
     cwd: BorrowedFd<'_>,
-    landlock: Option<BorrowedFd<'_>>,
+    confinement: Confinement<'_>,
 ) -> io::Result<(Spawned, [OwnedFd; 2])> {
     if argv.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"));
@@ -214,7 +214,7 @@ pub fn spawn(
         cwd,
         pipes.child_stdout,
         pipes.child_stderr,
-        landlock,
+        confinement,
     )?;
     Ok((spawned, [pipes.stdout, pipes.stderr]))
 }

@@ -1,8 +1,10 @@
-//! The filesystem sandbox of commands (`command_sandbox = "workspace"`):
-//! the Landlock probe at start, and per command the ruleset (read and
-//! execute on the system directories and the user's `PATH`, read and write
-//! on the session root and a private temporary directory) and that
-//! directory itself.
+//! The sandboxes of commands, decided once at start: the filesystem
+//! sandbox (`command_sandbox = "workspace"`: the Landlock probe, and per
+//! command the ruleset, read and execute on the system directories and the
+//! user's `PATH`, read and write on the session root and a private
+//! temporary directory, and that directory itself) and the network one
+//! (`command_network = "none"`: the probe of the namespaces and socket
+//! filter that `sys` sets up in each command's child).
 //!
 //! This module builds rulesets in the shim, before any fork; the forked
 //! child only installs the finished ruleset (`sys::prepare_command_child`).
@@ -23,6 +25,7 @@ use landlock::{
 use serde_json::{Value, json};
 
 use crate::jail::ProtectedLocations;
+use crate::sys::{ConfinementFailure, ConfinementPart};
 
 /// The newest ABI this shim asks for; the probe settles on the newest one
 /// both it and the kernel know.
@@ -83,7 +86,180 @@ impl SandboxFallback {
     }
 }
 
-/// What the daemon does with commands, decided once at start.
+/// `command_network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// Commands use the host's network (the default).
+    #[default]
+    Allow,
+    /// Commands run in their own network namespace with only a loopback.
+    None,
+}
+
+impl NetworkMode {
+    /// Every mode, in the order `--help` and the completions list them.
+    pub const ALL: [NetworkMode; 2] = [NetworkMode::Allow, NetworkMode::None];
+
+    /// The config spelling.
+    pub fn parse(value: &str) -> Option<NetworkMode> {
+        NetworkMode::ALL.into_iter().find(|m| m.as_str() == value)
+    }
+
+    /// The spelling `parse` accepts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::Allow => "allow",
+            NetworkMode::None => "none",
+        }
+    }
+}
+
+/// Both sandboxes of commands, as decided at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommandSandbox {
+    /// The filesystem sandbox.
+    pub fs: FsSandbox,
+    /// The network sandbox.
+    pub net: NetSandbox,
+}
+
+impl CommandSandbox {
+    /// Decides both sandboxes with the real probes, as `start` and
+    /// `doctor` do. `Err` names every requested part that is missing.
+    pub fn decide(
+        fs: SandboxMode,
+        network: NetworkMode,
+        fallback: SandboxFallback,
+    ) -> Result<CommandSandbox, String> {
+        let fs = FsSandbox::decide(fs, fallback, probe_landlock);
+        let net = NetSandbox::decide(network, fallback, probe_network);
+        match (fs, net) {
+            (Ok(fs), Ok(net)) => Ok(CommandSandbox { fs, net }),
+            (Err(fs), Err(net)) => Err(format!("{fs}; and {net}")),
+            (Err(why), _) | (_, Err(why)) => Err(why),
+        }
+    }
+
+    /// The `sandbox` value of a command's audit record: both parts when
+    /// either was configured, `None` (the record stays as it always was)
+    /// when neither was.
+    pub fn audit_value(&self) -> Option<Value> {
+        if self.fs == FsSandbox::Off && self.net == NetSandbox::Off {
+            return None;
+        }
+        let fs = match self.fs {
+            FsSandbox::Off => "off".to_owned(),
+            FsSandbox::Landlock(abi) => format!("landlock-v{}", abi as i32),
+            FsSandbox::Unavailable => "unavailable".to_owned(),
+        };
+        let net = match self.net {
+            NetSandbox::Off => "allow",
+            NetSandbox::Namespace => "namespace",
+            NetSandbox::Unavailable => "unavailable",
+        };
+        Some(json!({"fs": fs, "net": net}))
+    }
+
+    /// One line for `start`'s log and `status`: what confines commands,
+    /// with a missing part in capitals.
+    pub fn describe(&self) -> String {
+        if self.fs == FsSandbox::Off && self.net == NetSandbox::Off {
+            return "off (commands have your full access and the network)".to_owned();
+        }
+        let files = match self.fs {
+            FsSandbox::Off => "unconfined".to_owned(),
+            FsSandbox::Landlock(abi) => {
+                format!("workspace (Landlock ABI {})", abi as i32)
+            }
+            FsSandbox::Unavailable => "UNAVAILABLE, commands run unconfined".to_owned(),
+        };
+        let network = match self.net {
+            NetSandbox::Off => "allowed",
+            NetSandbox::Namespace => "none (own namespace, loopback only)",
+            NetSandbox::Unavailable => "UNAVAILABLE, commands have the network",
+        };
+        format!("files {files}; network {network}")
+    }
+
+    /// The parts that were asked for but are missing, for the warnings of
+    /// `start` and the lines of `status` and `doctor`.
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        if self.fs == FsSandbox::Unavailable {
+            missing.push("filesystem sandbox (Landlock)");
+        }
+        if self.net == NetSandbox::Unavailable {
+            missing.push("network isolation (user and network namespaces)");
+        }
+        missing
+    }
+}
+
+/// What the daemon does with commands' network, decided once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetSandbox {
+    /// Not asked for: commands use the host's network.
+    #[default]
+    Off,
+    /// Every command runs in its own network namespace behind the socket
+    /// filter.
+    Namespace,
+    /// Asked for, unavailable, and the user chose to run with the network
+    /// anyway: every record says so.
+    Unavailable,
+}
+
+impl NetSandbox {
+    /// Decides from the settings and `probe` (the real one is
+    /// [`probe_network`]). `Err` is the one-line reason `start` refuses
+    /// with: what is missing, why, and what to do.
+    pub fn decide(
+        mode: NetworkMode,
+        fallback: SandboxFallback,
+        probe: impl FnOnce() -> Result<(), ConfinementFailure>,
+    ) -> Result<NetSandbox, String> {
+        if mode == NetworkMode::Allow {
+            return Ok(NetSandbox::Off);
+        }
+        match probe() {
+            Ok(()) => Ok(NetSandbox::Namespace),
+            Err(_) if fallback == SandboxFallback::Unconfined => Ok(NetSandbox::Unavailable),
+            Err(failure) => Err(format!(
+                "command_network = \"none\" cannot isolate commands: {}; {}, or set \
+                 command_sandbox_fallback = \"unconfined\" to run commands with the network, \
+                 or command_network = \"allow\"",
+                failure.message(),
+                network_remedy(failure.part),
+            )),
+        }
+    }
+}
+
+/// What the user can do about the failed step.
+fn network_remedy(part: ConfinementPart) -> &'static str {
+    match part {
+        ConfinementPart::Namespaces => {
+            "allow unprivileged user namespaces (sysctl user.max_user_namespaces above 0, and \
+             kernel.unprivileged_userns_clone = 1 on kernels that have it)"
+        }
+        ConfinementPart::IdentityMap | ConfinementPart::Loopback => {
+            "the new namespace has no rights, which is what an AppArmor restriction of \
+             unprivileged user namespaces does (Ubuntu 23.10 and later): allow them with sysctl \
+             kernel.apparmor_restrict_unprivileged_userns = 0 or an AppArmor profile with the \
+             userns permission for this binary"
+        }
+        ConfinementPart::Seccomp => "use a kernel with seccomp filters (CONFIG_SECCOMP_FILTER)",
+        ConfinementPart::Landlock => "use a kernel with Landlock enabled",
+    }
+}
+
+/// Sets the network isolation up in a throwaway child process, exactly as
+/// a command's child would, and reports the step that fails.
+pub fn probe_network() -> Result<(), ConfinementFailure> {
+    crate::sys::probe_network_isolation(&crate::sys::NetworkIsolation::new())
+}
+
+/// What the daemon does with commands' files, decided once at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FsSandbox {
     /// No sandbox was asked for: commands and their audit records are as
@@ -118,16 +294,6 @@ impl FsSandbox {
                  boot list), or set command_sandbox_fallback = \"unconfined\" to run commands \
                  without it, or command_sandbox = \"off\""
             )),
-        }
-    }
-
-    /// The `sandbox` value of a command's audit record; `None` when no
-    /// sandbox was configured (the record stays as it always was).
-    pub fn audit_value(&self) -> Option<Value> {
-        match self {
-            FsSandbox::Off => None,
-            FsSandbox::Landlock(abi) => Some(json!({"fs": format!("landlock-v{}", *abi as i32)})),
-            FsSandbox::Unavailable => Some(json!({"fs": "unavailable"})),
         }
     }
 }
@@ -295,7 +461,11 @@ mod tests {
             panic!("probed although the sandbox is off")
         });
         assert_eq!(decided, Ok(FsSandbox::Off));
-        assert_eq!(FsSandbox::Off.audit_value(), None);
+        let net = NetSandbox::decide(NetworkMode::Allow, SandboxFallback::Refuse, || {
+            panic!("probed although the network is allowed")
+        });
+        assert_eq!(net, Ok(NetSandbox::Off));
+        assert_eq!(CommandSandbox::default().audit_value(), None);
     }
 
     #[test]
@@ -317,10 +487,15 @@ mod tests {
                 Err("the kernel does not implement Landlock".into())
             });
         assert_eq!(decided, Ok(FsSandbox::Unavailable));
+        let sandbox = CommandSandbox {
+            fs: FsSandbox::Unavailable,
+            net: NetSandbox::Off,
+        };
         assert_eq!(
-            FsSandbox::Unavailable.audit_value(),
-            Some(json!({"fs": "unavailable"}))
+            sandbox.audit_value(),
+            Some(json!({"fs": "unavailable", "net": "allow"}))
         );
+        assert_eq!(sandbox.missing(), ["filesystem sandbox (Landlock)"]);
     }
 
     #[test]
@@ -329,9 +504,80 @@ mod tests {
             Ok(ABI::V5)
         });
         assert_eq!(decided, Ok(FsSandbox::Landlock(ABI::V5)));
+        let sandbox = CommandSandbox {
+            fs: FsSandbox::Landlock(ABI::V5),
+            net: NetSandbox::Off,
+        };
         assert_eq!(
-            FsSandbox::Landlock(ABI::V5).audit_value(),
-            Some(json!({"fs": "landlock-v5"}))
+            sandbox.audit_value(),
+            Some(json!({"fs": "landlock-v5", "net": "allow"}))
+        );
+        assert!(sandbox.missing().is_empty());
+    }
+
+    fn failed(part: ConfinementPart) -> ConfinementFailure {
+        ConfinementFailure {
+            part,
+            errno: libc::EPERM,
+        }
+    }
+
+    #[test]
+    fn no_network_without_namespaces_refuses_naming_the_step_and_the_remedy() {
+        let refused = NetSandbox::decide(NetworkMode::None, SandboxFallback::Refuse, || {
+            Err(failed(ConfinementPart::Namespaces))
+        })
+        .unwrap_err();
+        assert!(refused.contains("user and network namespace"), "{refused}");
+        assert!(refused.contains("max_user_namespaces"), "{refused}");
+        assert!(refused.contains("command_sandbox_fallback"), "{refused}");
+        assert!(!refused.contains('\n'));
+        let apparmor = NetSandbox::decide(NetworkMode::None, SandboxFallback::Refuse, || {
+            Err(failed(ConfinementPart::IdentityMap))
+        })
+        .unwrap_err();
+        assert!(
+            apparmor.contains("apparmor_restrict_unprivileged_userns"),
+            "{apparmor}"
+        );
+        let seccomp = NetSandbox::decide(NetworkMode::None, SandboxFallback::Refuse, || {
+            Err(failed(ConfinementPart::Seccomp))
+        })
+        .unwrap_err();
+        assert!(seccomp.contains("seccomp"), "{seccomp}");
+    }
+
+    #[test]
+    fn no_network_without_namespaces_runs_with_it_only_when_chosen_and_says_so() {
+        let decided = NetSandbox::decide(NetworkMode::None, SandboxFallback::Unconfined, || {
+            Err(failed(ConfinementPart::Loopback))
+        });
+        assert_eq!(decided, Ok(NetSandbox::Unavailable));
+        let sandbox = CommandSandbox {
+            fs: FsSandbox::Off,
+            net: NetSandbox::Unavailable,
+        };
+        assert_eq!(
+            sandbox.audit_value(),
+            Some(json!({"fs": "off", "net": "unavailable"}))
+        );
+        assert_eq!(
+            sandbox.missing(),
+            ["network isolation (user and network namespaces)"]
+        );
+    }
+
+    #[test]
+    fn no_network_with_namespaces_records_the_namespace() {
+        let decided = NetSandbox::decide(NetworkMode::None, SandboxFallback::Refuse, || Ok(()));
+        assert_eq!(decided, Ok(NetSandbox::Namespace));
+        let sandbox = CommandSandbox {
+            fs: FsSandbox::Off,
+            net: NetSandbox::Namespace,
+        };
+        assert_eq!(
+            sandbox.audit_value(),
+            Some(json!({"fs": "off", "net": "namespace"}))
         );
     }
 

@@ -78,7 +78,7 @@ impl Fx {
             spawner: &self.spawner,
             cancel: &self.cancel,
             platform_deadline: None,
-            sandbox: autogpt_shim::exec::FsSandbox::Off,
+            sandbox: autogpt_shim::exec::CommandSandbox::default(),
         };
         exec::execute(&ctx, req)
     }

@@ -84,10 +84,10 @@ pub fn checks(config: &Config, env: &Environment) -> Local {
         config.enable_hardware,
         &crate::hardware::Roots::system(),
     ));
-    checks.push(command_sandbox(crate::exec::FsSandbox::decide(
+    checks.push(command_sandbox(crate::exec::CommandSandbox::decide(
         config.command_sandbox,
+        config.command_network,
         config.command_sandbox_fallback,
-        crate::exec::sandbox::probe_landlock,
     )));
     checks.push(containment());
     checks.push(autostart(config, env));
@@ -646,26 +646,24 @@ fn hardware_devices(enabled: bool, roots: &crate::hardware::Roots) -> Check {
 }
 
 /// `command_sandbox` (this shim's own): what `start` would decide for the
-/// commands' filesystem sandbox, with the same Landlock probe. Blocking
-/// exactly when `start` would refuse to run.
-fn command_sandbox(decided: Result<crate::exec::FsSandbox, String>) -> Check {
+/// commands' filesystem and network sandboxes, with the same probes.
+/// Blocking exactly when `start` would refuse to run.
+fn command_sandbox(decided: Result<crate::exec::CommandSandbox, String>) -> Check {
     const LABEL: &str = "command_sandbox";
     match decided {
-        Ok(crate::exec::FsSandbox::Off) => {
-            Check::info(LABEL, "off (commands have your full access)")
+        Ok(sandbox) if sandbox == crate::exec::CommandSandbox::default() => {
+            Check::info(LABEL, sandbox.describe())
         }
-        Ok(crate::exec::FsSandbox::Landlock(abi)) => Check::ok(
+        Ok(sandbox) if !sandbox.missing().is_empty() => Check::warn(
             LABEL,
             format!(
-                "workspace: Landlock ABI {} confines commands to the session root",
-                abi as i32
+                "{} requested but UNAVAILABLE: commands run without it \
+                 (command_sandbox_fallback = \"unconfined\"); {}",
+                sandbox.missing().join(" and "),
+                sandbox.describe()
             ),
         ),
-        Ok(crate::exec::FsSandbox::Unavailable) => Check::warn(
-            LABEL,
-            "workspace requested but Landlock is unavailable: commands run unconfined \
-             (command_sandbox_fallback = \"unconfined\")",
-        ),
+        Ok(sandbox) => Check::ok(LABEL, sandbox.describe()),
         Err(why) => Check::fail(LABEL, one_line(&why)).blocking(true),
     }
 }
@@ -805,27 +803,45 @@ mod tests {
 
     #[test]
     fn the_sandbox_line_blocks_exactly_where_start_would_refuse() {
-        use crate::exec::{FsSandbox, SandboxFallback, SandboxMode};
+        use crate::exec::{CommandSandbox, FsSandbox, NetSandbox, SandboxFallback, SandboxMode};
         let missing = || Err("no Landlock here".to_owned());
-        let refused = command_sandbox(FsSandbox::decide(
-            SandboxMode::Workspace,
-            SandboxFallback::Refuse,
-            missing,
-        ));
+        let refused = command_sandbox(
+            FsSandbox::decide(SandboxMode::Workspace, SandboxFallback::Refuse, missing).map(|fs| {
+                CommandSandbox {
+                    fs,
+                    net: NetSandbox::Off,
+                }
+            }),
+        );
         assert_eq!(refused.marker, Marker::Fail);
         assert!(refused.blocking);
-        let unconfined = command_sandbox(FsSandbox::decide(
-            SandboxMode::Workspace,
-            SandboxFallback::Unconfined,
-            missing,
-        ));
+        let unconfined = command_sandbox(
+            FsSandbox::decide(SandboxMode::Workspace, SandboxFallback::Unconfined, missing).map(
+                |fs| CommandSandbox {
+                    fs,
+                    net: NetSandbox::Off,
+                },
+            ),
+        );
         assert_eq!(unconfined.marker, Marker::Warn);
         assert!(!unconfined.blocking);
-        let off = command_sandbox(FsSandbox::decide(
-            SandboxMode::Off,
-            SandboxFallback::Refuse,
-            missing,
-        ));
+        assert!(
+            unconfined.detail.contains("Landlock"),
+            "{}",
+            unconfined.detail
+        );
+        let no_namespace = command_sandbox(Ok(CommandSandbox {
+            fs: FsSandbox::Off,
+            net: NetSandbox::Unavailable,
+        }));
+        assert_eq!(no_namespace.marker, Marker::Warn);
+        assert!(no_namespace.detail.contains("network isolation"));
+        let isolated = command_sandbox(Ok(CommandSandbox {
+            fs: FsSandbox::Off,
+            net: NetSandbox::Namespace,
+        }));
+        assert_eq!(isolated.marker, Marker::Ok);
+        let off = command_sandbox(Ok(CommandSandbox::default()));
         assert_eq!(off.marker, Marker::Info);
     }
 

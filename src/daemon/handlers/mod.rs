@@ -402,7 +402,9 @@ impl OperationError for ExecError {
             ExecError::Cwd(e) => e.code(),
             ExecError::NotAvailable(_) => ErrorCode::ShellNotAvailable,
             ExecError::Overloaded(_) => ErrorCode::ShimOverloaded,
-            ExecError::SandboxUnavailable(_) => ErrorCode::CapabilityNotGranted,
+            ExecError::SandboxUnavailable(_) | ExecError::NetworkIsolationUnavailable(_) => {
+                ErrorCode::CapabilityNotGranted
+            }
             // The reference answers a malformed request as an exception.
             ExecError::Invalid(_)
             | ExecError::StartFailed(_)
@@ -414,8 +416,14 @@ impl OperationError for ExecError {
     fn into_payload(self, request: &Message) -> ErrorPayload {
         let code = self.code();
         let mut details = path_details(code, request);
-        if let ExecError::SandboxUnavailable(_) = &self {
-            details.insert("reason".into(), "sandbox_unavailable".into());
+        match &self {
+            ExecError::SandboxUnavailable(_) => {
+                details.insert("reason".into(), "sandbox_unavailable".into());
+            }
+            ExecError::NetworkIsolationUnavailable(_) => {
+                details.insert("reason".into(), "network_isolation_unavailable".into());
+            }
+            _ => {}
         }
         with_details(ErrorPayload::new(code, self.message()), details)
     }

@@ -58,6 +58,17 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// (SIGTERM, 2 s, SIGKILL and stragglers) and the containment's.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(9);
 
+/// How a command is confined beyond its working directory and
+/// environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Confinement<'a> {
+    /// The Landlock ruleset it must run under.
+    pub landlock: Option<BorrowedFd<'a>>,
+    /// Whether it runs without network (its own network namespace, behind
+    /// the socket filter).
+    pub isolate_network: bool,
+}
+
 /// A started command.
 #[derive(Debug)]
 pub struct Spawned {
@@ -231,14 +242,14 @@ impl Spawner {
         cwd: BorrowedFd<'_>,
         stdout: OwnedFd,
         stderr: OwnedFd,
-        landlock: Option<BorrowedFd<'_>>,
+        confinement: Confinement<'_>,
     ) -> io::Result<Spawned> {
         let deadline = Instant::now() + REPLY_TIMEOUT;
         let mut fds = vec![cwd, stdout.as_fd(), stderr.as_fd()];
-        fds.extend(landlock);
+        fds.extend(confinement.landlock);
         loop {
             let link = self.inner.live_link(deadline)?;
-            match link.spawn(argv, env, &fds) {
+            match link.spawn(argv, env, confinement.isolate_network, &fds) {
                 Ok(spawned) => return Ok(spawned),
                 Err(SpawnError::Gone) => {}
                 Err(SpawnError::Other(e)) => return Err(e),
@@ -361,6 +372,7 @@ impl Link {
         &self,
         argv: &[OsString],
         env: &BTreeMap<OsString, OsString>,
+        isolate_network: bool,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Spawned, SpawnError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -374,6 +386,7 @@ impl Link {
         }
         let frame = Frame::Spawn {
             id,
+            isolate_network,
             argv: argv.to_vec(),
             env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };

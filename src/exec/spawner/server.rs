@@ -35,6 +35,7 @@ use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 use super::contain;
 use super::wire::{self, Frame, MAGIC};
 use crate::exec::run::{GRACE, group_gone};
+use crate::sys::NetworkIsolation;
 
 /// How long the shim has to introduce itself.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -70,6 +71,8 @@ struct State {
     /// Command groups that may still have members (a group's id is the
     /// leader's pid and cannot be reused while any member exists).
     groups: BTreeSet<i32>,
+    /// The identity maps of a command without network, prepared once.
+    isolation: NetworkIsolation,
 }
 
 /// Runs the spawner on `sock` until the shim goes away.
@@ -86,12 +89,22 @@ pub fn serve(sock: OwnedFd) -> Served {
         sock,
         leaders: BTreeMap::new(),
         groups: BTreeSet::new(),
+        isolation: NetworkIsolation::new(),
     };
     loop {
         match state.wait() {
             Ok(true) => match wire::recv(state.sock.as_fd()) {
-                Ok((Frame::Spawn { id, argv, env }, fds)) => {
-                    if state.spawn(id, &argv, env, fds).is_err() {
+                Ok((
+                    Frame::Spawn {
+                        id,
+                        isolate_network,
+                        argv,
+                        env,
+                    },
+                    fds,
+                )) => {
+                    let network = isolate_network.then_some(state.isolation);
+                    if state.spawn(id, &argv, env, fds, network).is_err() {
                         break;
                     }
                 }
@@ -154,8 +167,9 @@ impl State {
         argv: &[OsString],
         env: Vec<(OsString, OsString)>,
         fds: Vec<OwnedFd>,
+        network: Option<NetworkIsolation>,
     ) -> std::io::Result<()> {
-        let started = start(argv, env, fds);
+        let started = start(argv, env, fds, network);
         match started {
             Ok(pid) => {
                 // Opened before this loop can reap the pid, so it names
@@ -255,9 +269,15 @@ fn reap_one() -> Option<(Pid, rustix::process::WaitStatus)> {
 }
 
 /// Forks and execs one command with the received descriptors (cwd,
-/// stdout, stderr, and the Landlock ruleset of a sandboxed command);
-/// returns its pid or the `errno` of the failure.
-fn start(argv: &[OsString], env: Vec<(OsString, OsString)>, fds: Vec<OwnedFd>) -> Result<Pid, i32> {
+/// stdout, stderr, and the Landlock ruleset of a sandboxed command), in
+/// its own network namespace with `network`; returns its pid or the
+/// `errno` of the failure (tagged with the step, for a confinement step).
+fn start(
+    argv: &[OsString],
+    env: Vec<(OsString, OsString)>,
+    fds: Vec<OwnedFd>,
+    network: Option<NetworkIsolation>,
+) -> Result<Pid, i32> {
     let einval = Errno::INVAL.raw_os_error();
     let mut fds = fds.into_iter();
     let (Some(cwd), Some(stdout), Some(stderr)) = (fds.next(), fds.next(), fds.next()) else {
@@ -282,6 +302,7 @@ fn start(argv: &[OsString], env: Vec<(OsString, OsString)>, fds: Vec<OwnedFd>) -
         &mut command,
         cwd.as_fd(),
         landlock.as_ref().map(AsFd::as_fd),
+        network,
     )
     .map_err(errno)?;
     let child = command.spawn().map_err(errno)?;

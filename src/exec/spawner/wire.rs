@@ -32,7 +32,7 @@ pub const MAX_FDS: usize = 4;
 
 /// The first frame from the shim: proves the peer is the shim and fixes
 /// the framing version.
-pub const MAGIC: &[u8] = b"autogpt-shim spawner 1";
+pub const MAGIC: &[u8] = b"autogpt-shim spawner 2";
 
 /// One frame, decoded.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,6 +45,9 @@ pub enum Frame {
     Spawn {
         /// Correlates the reply.
         id: u64,
+        /// Whether the command runs without network: in its own network
+        /// namespace, behind the socket filter.
+        isolate_network: bool,
         /// Program and arguments; the program is looked up on `env`'s PATH.
         argv: Vec<OsString>,
         /// The complete environment of the command.
@@ -123,9 +126,15 @@ impl Frame {
                 out.push(HELLO);
                 put_bytes(&mut out, magic);
             }
-            Frame::Spawn { id, argv, env } => {
+            Frame::Spawn {
+                id,
+                isolate_network,
+                argv,
+                env,
+            } => {
                 out.push(SPAWN);
                 out.extend_from_slice(&id.to_le_bytes());
+                out.push(u8::from(*isolate_network));
                 put_len(&mut out, argv.len());
                 for arg in argv {
                     put_bytes(&mut out, arg.as_bytes());
@@ -171,6 +180,11 @@ impl Frame {
             HELLO => Frame::Hello(r.bytes()?.to_vec()),
             SPAWN => {
                 let id = r.u64()?;
+                let isolate_network = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(WireError::Malformed("network flag")),
+                };
                 let argc = r.len()?;
                 let mut argv = Vec::new();
                 for _ in 0..argc {
@@ -183,7 +197,12 @@ impl Frame {
                     let value = OsString::from_vec(r.bytes()?.to_vec());
                     env.push((name, value));
                 }
-                Frame::Spawn { id, argv, env }
+                Frame::Spawn {
+                    id,
+                    isolate_network,
+                    argv,
+                    env,
+                }
             }
             SHUTDOWN => Frame::Shutdown,
             READY => Frame::Ready { pid: r.i32()? },
@@ -371,6 +390,7 @@ mod tests {
             Frame::Hello(MAGIC.to_vec()),
             Frame::Spawn {
                 id: 7,
+                isolate_network: true,
                 argv: vec![
                     "sh".into(),
                     "-c".into(),
@@ -395,13 +415,21 @@ mod tests {
 
     #[test]
     fn lengths_beyond_the_frame_are_refused_before_allocating() {
-        // A SPAWN claiming four billion arguments in a 17-byte frame.
+        // A SPAWN claiming four billion arguments in an 18-byte frame.
         let mut body = vec![SPAWN];
         body.extend_from_slice(&1u64.to_le_bytes());
+        body.push(0);
         body.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             Frame::decode(&body),
             Err(WireError::Malformed("length beyond the frame"))
+        ));
+        let mut flag = vec![SPAWN];
+        flag.extend_from_slice(&1u64.to_le_bytes());
+        flag.push(2);
+        assert!(matches!(
+            Frame::decode(&flag),
+            Err(WireError::Malformed("network flag"))
         ));
         assert!(matches!(
             Frame::decode(&[EXITED, 1, 2]),
@@ -430,6 +458,7 @@ mod tests {
         let (r, w) = rustix::pipe::pipe().unwrap();
         let big = Frame::Spawn {
             id: 3,
+            isolate_network: false,
             argv: vec![OsString::from("x".repeat(300_000))],
             env: vec![],
         };
