@@ -155,6 +155,29 @@ fn none_cuts_commands_off_the_host_and_every_route_but_keeps_their_own_loopback(
         "{p}"
     );
     assert!(unix.accept().is_err(), "the host's Unix socket was reached");
+
+    // io_uring, which could create sockets without the `socket` system
+    // call, is refused the same way, and so are x32 system calls, which the
+    // filter does not inspect.
+    let (_, p) = run(
+        &conn,
+        "python3 -c '\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)
+print(libc.syscall(425, 1, params), ctypes.get_errno())'",
+    );
+    assert_eq!(p["stdout"], "-1 13\n", "{p}");
+    if cfg!(target_arch = "x86_64") {
+        let (_, p) = run(
+            &conn,
+            "python3 -c '\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.syscall(0x40000000 | 39), ctypes.get_errno())'",
+        );
+        assert_eq!(p["stdout"], "-1 13\n", "{p}");
+    }
     assert!(tcp.accept().is_err(), "the host's server was reached");
 
     // The namespace's own loopback works, TCP and UDP.

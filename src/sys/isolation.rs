@@ -268,8 +268,10 @@ const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
 const RET: u32 = libc::BPF_RET | libc::BPF_K;
 
 /// Refuses, with `EACCES`, every socket other than Internet and netlink
-/// ones and io_uring; kills a process that makes a system call of another
-/// architecture (whose numbers this filter does not know).
+/// ones, io_uring and the x32 system calls; kills a process that makes a
+/// system call of another architecture (whose numbers this filter does not
+/// know). A jump's offsets count the instructions after it: the refusal
+/// is instruction 12, the allowance 7 and 13.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const SOCKET_FILTER: [libc::sock_filter; 14] = {
     let deny = libc::SECCOMP_RET_ERRNO | (libc::EACCES as u32);
@@ -278,8 +280,8 @@ const SOCKET_FILTER: [libc::sock_filter; 14] = {
         /* 1 */ jump(JEQ, AUDIT_ARCH, 1, 0),
         /* 2 */ statement(RET, libc::SECCOMP_RET_KILL_PROCESS),
         /* 3 */ statement(LOAD, NR),
-        /* 4 */ jump(JGE, X32_SYSCALL_BIT, 8, 0),
-        /* 5 */ jump(JEQ, libc::SYS_io_uring_setup as u32, 7, 0),
+        /* 4 */ jump(JGE, X32_SYSCALL_BIT, 7, 0),
+        /* 5 */ jump(JEQ, libc::SYS_io_uring_setup as u32, 6, 0),
         /* 6 */ jump(JEQ, libc::SYS_socket as u32, 1, 0),
         /* 7 */ statement(RET, libc::SECCOMP_RET_ALLOW),
         /* 8 */ statement(LOAD, ARG0),
