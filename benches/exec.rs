@@ -61,7 +61,9 @@ fn sandbox_modes(runs: usize, ctx: &ExecContext<'_>, req: &ExecuteCommand) {
     use autogpt_shim::exec::sandbox::{probe_landlock, probe_network};
     use autogpt_shim::exec::{CommandSandbox, FsSandbox, NetSandbox};
     let fs = probe_landlock().ok().map(FsSandbox::Landlock);
-    let net = probe_network().ok().map(|()| NetSandbox::Namespace);
+    let net = probe_network(std::path::Path::new(env!("CARGO_BIN_EXE_autogpt-shim")))
+        .ok()
+        .map(|()| NetSandbox::Namespace);
     let mut modes = vec![("no sandbox", Some(CommandSandbox::default()))];
     modes.push((
         "workspace (Landlock)",
@@ -121,6 +123,7 @@ fn main() {
         cancel: &cancel,
         platform_deadline: None,
         sandbox: autogpt_shim::exec::CommandSandbox::default(),
+        rules: autogpt_shim::exec::Rules::none(),
     };
     let req = ExecuteCommand {
         command: None,

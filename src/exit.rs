@@ -17,7 +17,8 @@ pub const SUCCESS: u8 = 0;
 /// A reference-compatible "negative result": `audit verify`/`verify-all`
 /// found violations; the current audit log is missing (`tail`, `verify`,
 /// `rotate`); `audit show` found no record; `audit export` had nothing to
-/// export; `revoke` did not complete or found no stored token. Also the
+/// export; `revoke` did not complete or found no stored token; `approve` or
+/// `deny` named a command that is not waiting (any more). Also the
 /// exit of a second stop signal during shutdown when `SHIM_STOP` could not
 /// be written.
 pub const NEGATIVE_RESULT: u8 = 1;
@@ -29,7 +30,8 @@ pub const NEGATIVE_RESULT: u8 = 1;
 pub const USAGE: u8 = 2;
 
 /// `EX_UNAVAILABLE`: `auth` could not reach the token endpoint or got a 5xx;
-/// `install`/`uninstall` on a platform without autostart support.
+/// `install`/`uninstall` on a platform without autostart support; `approve`
+/// or `deny` found no running daemon that asks for approvals.
 pub const EX_UNAVAILABLE: u8 = 69;
 
 /// `EX_SOFTWARE`: an internal error, i.e. a bug in this program.

@@ -30,7 +30,6 @@ use std::process::Command;
 
 mod isolation;
 
-pub use isolation::probe as probe_network_isolation;
 pub use isolation::{ConfinementFailure, NetworkIsolation, Part as ConfinementPart};
 
 /// A set of blocked signals, to be waited for with

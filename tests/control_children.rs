@@ -95,7 +95,7 @@ fn fixture() -> Fixture {
             );
             let commands: Arc<dyn CommandGate + Send> =
                 Arc::new(MachineLimits::new(MachineLimitSettings::default()));
-            Arc::new(move |jail| DataPlane {
+            Arc::new(move |session_id: &str, jail| DataPlane {
                 jail,
                 spawner: Arc::clone(&spawner),
                 host_env: Arc::new(Vec::new()),
@@ -104,6 +104,8 @@ fn fixture() -> Fixture {
                 refuse_multilink_reads: false,
                 umask: rustix::fs::Mode::from_raw_mode(0o022),
                 sandbox: autogpt_shim::exec::CommandSandbox::default(),
+                rules: std::sync::Arc::new(autogpt_shim::daemon::CommandRules::default()),
+                session_id: session_id.to_owned(),
             })
         },
         jail_options: JailOptions::default(),

@@ -131,6 +131,8 @@ fn setup_limited(
             refuse_multilink_reads: false,
             umask: rustix::fs::Mode::from_raw_mode(0o022),
             sandbox: autogpt_shim::exec::CommandSandbox::default(),
+            rules: std::sync::Arc::new(autogpt_shim::daemon::CommandRules::default()),
+            session_id: "session-1".into(),
         }),
         audit: AuditSink::Log(log.clone()),
         granted: granted.iter().map(|g| (*g).to_owned()).collect(),

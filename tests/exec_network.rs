@@ -17,6 +17,7 @@ mod start_support;
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::process::Command;
+use std::time::Duration;
 
 use autogpt_shim_emulator::{Conn, Emulator, HelloAck};
 use rustix::process::Signal;
@@ -45,7 +46,7 @@ fn stop(mut shim: Shim) {
 /// Whether this kernel lets the shim isolate a command, by the shim's own
 /// probe (the same one `start` runs).
 fn isolation_available() -> bool {
-    autogpt_shim::exec::sandbox::probe_network().is_ok()
+    autogpt_shim::exec::sandbox::probe_network(std::path::Path::new(BIN)).is_ok()
 }
 
 /// `autogpt-shim start --session-id … --enable-shell [extra]`, run inside
@@ -156,6 +157,20 @@ fn none_cuts_commands_off_the_host_and_every_route_but_keeps_their_own_loopback(
     );
     assert!(unix.accept().is_err(), "the host's Unix socket was reached");
 
+    // A Unix datagram pair could still send to a path; it is refused too,
+    // while a connected stream pair (for talking to a child) works.
+    let (_, p) = run(
+        &conn,
+        "python3 -c '\
+import socket
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM); a.send(b\"pair\"); print(b.recv(4).decode())
+try:
+    socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+except PermissionError:
+    print(\"refused\")'",
+    );
+    assert_eq!(p["stdout"], "pair\nrefused\n", "{p}");
+
     // io_uring, which could create sockets without the `socket` system
     // call, is refused the same way, and so are x32 system calls, which the
     // filter does not inspect.
@@ -263,7 +278,24 @@ fn a_command_whose_namespace_cannot_be_made_is_refused_and_never_runs_with_the_n
     // One namespace: the probe's (gone again) and then one command's.
     let shim = start_with_namespace_limit(&home, &emulator, 1, &[], &["--command-network", "none"]);
     let (conn, _) = connect(&emulator, HelloAck::new().grant(["files", "shell"]));
-    let held = start_blocked_commands(&conn, &home.root, 1);
+    // The first command takes the one namespace; the kernel frees the
+    // probe's shortly after it ends, so the first try may still be refused.
+    let held = loop {
+        let id = conn
+            .request(
+                "EXECUTE_COMMAND",
+                json!({"command": "touch started; while [ ! -e release ]; do sleep 0.05; done"}),
+            )
+            .unwrap();
+        if eventually(Duration::from_secs(3), || {
+            home.root.join("started").exists()
+        }) {
+            break id;
+        }
+        let refused = response_within(&conn, &id, WAIT);
+        assert_eq!(refused["type"], "ERROR", "{refused}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
 
     let (id, refused) = call(
         &conn,
@@ -297,7 +329,7 @@ fn a_command_whose_namespace_cannot_be_made_is_refused_and_never_runs_with_the_n
     // Once the first command is done, its namespace is freed again (the
     // kernel frees it shortly after its last process, not at once).
     std::fs::write(home.root.join("release"), "").unwrap();
-    let first = response_within(&conn, &held[0], WAIT);
+    let first = response_within(&conn, &held, WAIT);
     assert_eq!(first["payload"]["exit_code"], 0, "{first}");
     assert!(
         eventually(WAIT, || {
@@ -364,5 +396,37 @@ fn both_sandboxes_together_confine_files_and_network_and_record_both() {
         details_of(&home, &id)["sandbox"],
         json!({"fs": format!("landlock-v{abi}"), "net": "namespace"})
     );
+    stop(shim);
+}
+
+#[test]
+fn none_isolates_the_commands_of_a_user_who_is_not_root() {
+    use std::os::unix::process::CommandExt;
+    if !runs_as_root("none_isolates_the_commands_of_a_user_who_is_not_root") {
+        return;
+    }
+    let home = Home::new();
+    let emulator = plain_emulator();
+    let url = emulator.platform_url();
+    let mut command = home.command(&[
+        "--platform-url",
+        &url,
+        "start",
+        "--session-id",
+        SESSION,
+        "--enable-shell",
+        "--command-network",
+        "none",
+    ]);
+    give_to_nobody(home.path());
+    command.uid(NOBODY).gid(NOBODY);
+    let shim = Shim::spawn(command);
+    let (conn, _) = connect(&emulator, HelloAck::new().grant(["files", "shell"]));
+    let (id, p) = run(
+        &conn,
+        "id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+    );
+    assert_eq!(p["stdout"], format!("{NOBODY}\nlo\n"), "{p}");
+    assert_eq!(details_of(&home, &id)["sandbox"]["net"], "namespace");
     stop(shim);
 }

@@ -80,6 +80,12 @@ pub enum Command {
     Completions(Shell),
     /// `manpage`: print the manual page in roff.
     Manpage,
+    /// `rules test [--cwd PATH] -- ARGV…`: which local rule decides.
+    RulesTest(super::rules::TestOptions),
+    /// `approve [ID]`: approve a command waiting for local approval.
+    Approve(Option<u64>),
+    /// `deny [ID]`: deny a command waiting for local approval.
+    Deny(Option<u64>),
 }
 
 /// A command line that cannot be run: exit 2 with a one-line message and a
@@ -345,6 +351,9 @@ fn parse_command(
         "doctor" => no_arguments(parser, spec).map(|()| Command::Doctor),
         "completions" => parse_completions(parser, spec).map(Command::Completions),
         "manpage" => no_arguments(parser, spec).map(|()| Command::Manpage),
+        "rules" => super::rules::parse(parser, spec).map(Command::RulesTest),
+        "approve" => super::rules::parse_decision(parser, spec).map(Command::Approve),
+        "deny" => super::rules::parse_decision(parser, spec).map(Command::Deny),
         "help" => Err(help_topic(parser, spec)),
         _ => Err(unknown().into()),
     }
@@ -565,6 +574,7 @@ mod tests {
         match name {
             "<seq>" => Some("1"),
             "<SHELL>" => Some("fish"),
+            "<ARGV>..." => Some("true"),
             optional if optional.starts_with('[') => None,
             other => panic!("no sample value for the argument {other}: add one here"),
         }

@@ -183,6 +183,9 @@ const COMMANDS: &[CommandSpec] = &[
     INSTALL,
     UNINSTALL,
     AUDIT,
+    RULES,
+    APPROVE,
+    DENY,
     COMPLETIONS,
     MANPAGE,
     HELP_COMMAND,
@@ -549,6 +552,80 @@ const AUDIT_PRUNE: CommandSpec = CommandSpec {
     subcommands: &[],
     examples: &[],
     notes: &["The current file is never deleted."],
+};
+
+const RULES: CommandSpec = CommandSpec {
+    name: "rules",
+    summary: "the local command rules ([[command_rule]] in config.toml)",
+    options: &[],
+    args: &[],
+    subcommands: &[RULES_TEST],
+    examples: &[],
+    notes: &[],
+};
+
+const RULES_TEST: CommandSpec = CommandSpec {
+    name: "rules test",
+    summary: "show which rule would decide a command, and what it says",
+    options: &[OptionSpec {
+        long: "--cwd",
+        short: None,
+        value: Some("PATH"),
+        help: "the directory the command would run in (default: the current one)",
+        key: None,
+    }],
+    args: &[ArgSpec {
+        name: "<ARGV>...",
+        help: "the program and its arguments, after --",
+    }],
+    subcommands: &[],
+    examples: &[Example {
+        args: "rules test -- git push --force",
+        help: "which rule decides a force push",
+    }],
+    notes: &[
+        "Reads the configuration only: it needs no running daemon, runs nothing and writes \
+         no audit record. The words are matched as the daemon matches an argv request; a \
+         shell string the daemon receives is first split into words the same way, or decided \
+         by command_shell_syntax_action when it holds shell syntax. Exit 0.",
+    ],
+};
+
+const APPROVE: CommandSpec = CommandSpec {
+    name: "approve",
+    summary: "approve a command the running daemon is asking about",
+    options: &[],
+    args: &[ArgSpec {
+        name: "[ID]",
+        help: "the number the list shows; without it, list the waiting commands and ask",
+    }],
+    subcommands: &[],
+    examples: &[Example {
+        args: "approve",
+        help: "list the waiting commands and pick one",
+    }],
+    notes: &[
+        "A command a rule says to ask about waits, holding its slot, until it is approved \
+         or denied here or approval_timeout_seconds pass (then it is refused). The list \
+         shows each command in full with its directory, session and rule. Exit 0; 1 when the \
+         command is no longer waiting; 69 when no running daemon asks for approvals.",
+    ],
+};
+
+const DENY: CommandSpec = CommandSpec {
+    name: "deny",
+    summary: "refuse a command the running daemon is asking about",
+    options: &[],
+    args: &[ArgSpec {
+        name: "[ID]",
+        help: "the number the list shows; without it, list the waiting commands and ask",
+    }],
+    subcommands: &[],
+    examples: &[],
+    notes: &[
+        "The platform is told local_confirmation_denied; the command never starts. Exit 0; 1 \
+         when the command is no longer waiting; 69 when no running daemon asks for approvals.",
+    ],
 };
 
 const COMPLETIONS: CommandSpec = CommandSpec {

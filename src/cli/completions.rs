@@ -94,7 +94,7 @@ pub(crate) fn values(placeholder: &str) -> Option<Values> {
                 .collect(),
         ),
         "<SHELL>" => Values::Words(Shell::ALL.iter().map(|s| s.name()).collect()),
-        "URL" | "HEX,..." | "ID" | "DUR" | "<seq>" => Values::Free,
+        "URL" | "HEX,..." | "ID" | "DUR" | "<seq>" | "[ID]" | "<ARGV>..." => Values::Free,
         "[COMMAND]" | "[SUBCOMMAND]" => Values::Commands,
         _ => return None,
     })

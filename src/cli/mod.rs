@@ -29,6 +29,7 @@ mod install;
 mod manpage;
 mod prompt;
 mod revoke;
+mod rules;
 mod start;
 mod status;
 
@@ -138,6 +139,9 @@ fn dispatch(invocation: Invocation, stdout: &mut dyn Write, stderr: &mut dyn Wri
             exit::SUCCESS
         }
         Command::Manpage => print_manpage(stdout, stderr),
+        Command::RulesTest(options) => rules::test(&invocation.overrides, &options, stdout, stderr),
+        Command::Approve(id) => rules::decide(&invocation.overrides, true, id, stdout, stderr),
+        Command::Deny(id) => rules::decide(&invocation.overrides, false, id, stdout, stderr),
     }
 }
 

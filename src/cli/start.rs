@@ -16,6 +16,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -29,6 +30,7 @@ use crate::control::children::{ChildTemplate, Children};
 use crate::control::grant::GrantKey;
 use crate::control::plane::{ControlPlane, ControlSettings, IDLE_AFTER, REAP_INTERVAL};
 use crate::daemon::Optional;
+use crate::daemon::approvals::{ApprovalSocket, Approvals};
 use crate::daemon::capacity::{MachineLimitSettings, MachineLimits, MachineWorkPool};
 use crate::daemon::handlers::CommandGate;
 use crate::daemon::handshake::{ConnectionKind, Gates, Identity, Limits, advertised_capabilities};
@@ -36,7 +38,8 @@ use crate::daemon::pool::{WORKERS, WorkerThreads};
 use crate::daemon::refusal::{REFUSAL_RETRIES, RefusalKind};
 use crate::daemon::runtime::{self, DataSession, Plane, RuntimeEnd, Session};
 use crate::daemon::runtime_file::{RunningSettings, RuntimeFile};
-use crate::daemon::session::{AuditSink, DataPlane, fresh_id};
+use crate::daemon::session::CommandRules;
+use crate::daemon::session::{AuditSink, DataPlane, DataPlaneFactory, fresh_id};
 use crate::desktop::{self, Desktop};
 use crate::exec::CommandSandbox;
 use crate::exec::Spawner;
@@ -130,6 +133,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         config.command_sandbox,
         config.command_network,
         config.command_sandbox_fallback,
+        &std::env::current_exe().unwrap_or_default(),
     ) {
         Ok(sandbox) => sandbox,
         Err(reason) => {
@@ -564,6 +568,9 @@ struct Running {
     control: Option<Arc<ControlPlane>>,
     reaper: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    /// The approval socket, when a rule can say `ask`; removed when the
+    /// daemon ends.
+    approvals: Option<ApprovalSocket>,
 }
 
 impl Running {
@@ -588,6 +595,7 @@ impl Running {
             .and_then(|exe| Spawner::start_watched(&exe, Some(spawner_death_hook(&audit, log))))
             .map(Arc::new)
             .map_err(|e| format!("cannot start the command spawner: {e}"))?;
+        let (rules, approvals) = command_rules(config, &host_env, log)?;
         let containment = format!("command containment: {}", spawner.containment());
         if spawner.containment().mechanism() == Mechanism::Uncontained {
             log.warn("exec", containment);
@@ -636,10 +644,11 @@ impl Running {
             max_delay: config.reconnect_max_delay,
             jitter: config.reconnect_jitter_seconds,
         };
-        let data_plane: Arc<dyn Fn(Arc<Jail>) -> DataPlane + Send + Sync> = {
+        let data_plane: DataPlaneFactory = {
             let shell_enabled = config.enable_shell;
             let refuse_multilink_reads = config.refuse_multilink_reads;
-            Arc::new(move |jail| DataPlane {
+            let rules = Arc::clone(&rules);
+            Arc::new(move |session_id, jail| DataPlane {
                 jail,
                 spawner: Arc::clone(&spawner),
                 host_env: Arc::clone(&host_env),
@@ -648,14 +657,16 @@ impl Running {
                 refuse_multilink_reads,
                 umask,
                 sandbox,
+                rules: Arc::clone(&rules),
+                session_id: session_id.to_owned(),
             })
         };
         let (url, plane, control): (String, Arc<dyn Plane>, _) = match daemon {
             Daemon::Legacy { session_id, jail } => (
                 config.endpoints.session_url(&session_id),
                 Arc::new(DataSession {
+                    data: data_plane(&session_id, jail),
                     session_id,
-                    data: data_plane(jail),
                     activity: None,
                     machine_pool: None,
                     machine_bytes: None,
@@ -730,12 +741,14 @@ impl Running {
             control,
             reaper,
             stop: Arc::clone(stop),
+            approvals,
         })
     }
 
     /// Runs until the end; every child is stopped before it returns.
     fn run(self) -> RuntimeEnd {
         let outcome = runtime::run(&self.session, &self.pool);
+        drop(self.approvals);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(reaper) = self.reaper {
             let _ = reaper.join();
@@ -751,6 +764,81 @@ impl Running {
         }
         outcome
     }
+}
+
+/// The local command rules, and when one can say `ask` the approval
+/// registry with its socket in the state directory (a daemon that could
+/// not be asked would refuse every such command, so it does not start).
+fn command_rules(
+    config: &Config,
+    host_env: &[(OsString, OsString)],
+    log: &Log,
+) -> Result<(Arc<CommandRules>, Option<ApprovalSocket>), String> {
+    let policy = config.command_policy.clone();
+    let timeout = Duration::from_secs(config.approval_timeout_seconds);
+    if !policy.can_ask() {
+        if policy.is_active() {
+            log.info("exec", "local command rules in force");
+        }
+        return Ok((
+            Arc::new(CommandRules {
+                policy,
+                approver: None,
+                approval_timeout: timeout,
+            }),
+            None,
+        ));
+    }
+    let approvals = Arc::new(Approvals::new(notifier(host_env)));
+    let socket = ApprovalSocket::start(Arc::clone(&approvals), &config.paths.state_dir)?;
+    log.info(
+        "exec",
+        format!(
+            "local command rules in force; commands they ask about wait up to {} s for `autogpt-shim approve`",
+            timeout.as_secs()
+        ),
+    );
+    let approver: Arc<dyn crate::exec::Approver> = approvals;
+    Ok((
+        Arc::new(CommandRules {
+            policy,
+            approver: Some(approver),
+            approval_timeout: timeout,
+        }),
+        Some(socket),
+    ))
+}
+
+/// `notify-send` on the shim's `PATH`, with the variables that reach the
+/// desktop, when the shim runs in a desktop session.
+fn notifier(
+    host_env: &[(OsString, OsString)],
+) -> Option<(std::path::PathBuf, Vec<(String, String)>)> {
+    let var = |name: &str| {
+        host_env
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.to_str())
+            .map(str::to_owned)
+    };
+    let reach: Vec<(String, String)> = [
+        "DBUS_SESSION_BUS_ADDRESS",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "XDG_RUNTIME_DIR",
+    ]
+    .into_iter()
+    .filter_map(|name| var(name).map(|v| (name.to_owned(), v)))
+    .collect();
+    if !reach.iter().any(|(n, _)| n == "DBUS_SESSION_BUS_ADDRESS") {
+        return None;
+    }
+    let path = host_env
+        .iter()
+        .find(|(n, _)| n == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let program = crate::exec::which("notify-send", path)?;
+    Some((program, reach))
 }
 
 /// Audits and logs an unexpected death of the command spawner (EXEC.md

@@ -59,6 +59,10 @@ pub(crate) const KEYS: &[&str] = &[
     "command_sandbox",
     "command_sandbox_fallback",
     "command_network",
+    "command_rule",
+    "command_default_action",
+    "command_shell_syntax_action",
+    "approval_timeout_seconds",
 ];
 
 /// The key spelled exactly `name`, as a `'static` string.
@@ -308,6 +312,17 @@ impl Layers {
         Ok(Setting {
             value: setting.value.filter(|s| !s.is_empty()),
             source: setting.source,
+        })
+    }
+
+    /// A structured key (`command_rule`'s array of tables): the TOML
+    /// value from the file, or JSON text from the environment or `--set`.
+    pub fn structured(&self, key: &'static str) -> Result<Setting<Option<Value>>, ConfigError> {
+        self.get(key, None, "TOML tables, or JSON text", |raw| match raw {
+            Raw::Text(t) => serde_json::from_str(text(t)?)
+                .map(Some)
+                .map_err(|_| Bad::Type),
+            Raw::Toml(v) => Ok(Some(v.clone())),
         })
     }
 

@@ -175,6 +175,11 @@ pub struct Settings {
     pub command_sandbox: crate::exec::SandboxMode,
     /// `command_network`: whether commands have the host's network.
     pub command_network: crate::exec::NetworkMode,
+    /// `command_rule`, `command_default_action` and
+    /// `command_shell_syntax_action`: the local command rules.
+    pub command_policy: crate::exec::policy::Policy,
+    /// `approval_timeout_seconds`: how long an `ask` waits for the user.
+    pub approval_timeout_seconds: u64,
     /// `command_sandbox_fallback`: what a requested but unavailable
     /// sandbox does to `start`.
     pub command_sandbox_fallback: crate::exec::SandboxFallback,
@@ -543,6 +548,26 @@ pub fn load(overrides: &Overrides, ctx: &Context) -> Result<Loaded, ConfigError>
                 invalid("command_network", &setting, "must be \"allow\" or \"none\"")
             })?
         },
+        command_policy: {
+            let rules = layers.structured("command_rule")?;
+            let default = layers.optional_string("command_default_action")?;
+            let syntax = layers.optional_string("command_shell_syntax_action")?;
+            crate::exec::policy::Policy::from_settings(
+                rules.value.as_ref(),
+                default.value.as_deref(),
+                syntax.value.as_deref(),
+            )
+            .map_err(|reason| {
+                if reason.starts_with("command_default_action") {
+                    invalid("command_default_action", &default, reason)
+                } else if reason.starts_with("command_shell_syntax_action") {
+                    invalid("command_shell_syntax_action", &syntax, reason)
+                } else {
+                    invalid("command_rule", &rules, reason)
+                }
+            })?
+        },
+        approval_timeout_seconds: positive(&layers, "approval_timeout_seconds", 20)?,
         command_sandbox_fallback: {
             let setting = layers.string("command_sandbox_fallback", "refuse")?;
             crate::exec::SandboxFallback::parse(&setting.value).ok_or_else(|| {

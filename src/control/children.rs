@@ -24,7 +24,7 @@ use crate::daemon::capacity::MachineWorkPool;
 use crate::daemon::handshake::{Identity, Limits};
 use crate::daemon::pool::WorkerThreads;
 use crate::daemon::runtime::{self, Credentials, DataSession, RuntimeEnd, Session};
-use crate::daemon::session::{Activity, AuditSink, DataPlane};
+use crate::daemon::session::{Activity, AuditSink};
 use crate::jail::{Jail, JailOptions};
 use crate::log::Log;
 use crate::protocol::Backoff;
@@ -63,7 +63,7 @@ pub struct ChildTemplate {
     pub audit_path: std::path::PathBuf,
     /// Everything of a data plane but its root: spawner, environment,
     /// command limits, switches, umask.
-    pub data_plane: Arc<dyn Fn(Arc<Jail>) -> DataPlane + Send + Sync>,
+    pub data_plane: crate::daemon::DataPlaneFactory,
     /// `jail_no_xdev` and home directories.
     pub jail_options: JailOptions,
 }
@@ -243,7 +243,7 @@ impl Children {
             .map_err(|e| StartError::Internal(e.to_string()))?;
         let plane = DataSession {
             session_id: binding.session_id.clone(),
-            data: (t.data_plane)(Arc::new(jail)),
+            data: (t.data_plane)(&binding.session_id, Arc::new(jail)),
             activity: Some(Arc::clone(activity)),
             machine_pool: Some(Arc::clone(&self.machine_pool)),
             machine_bytes: Some(self.machine_bytes.clone()),

@@ -11,6 +11,7 @@
 //! and `capacity` are sans-IO: they take frames, settings and `Instant`s
 //! and return decisions.
 
+pub(crate) mod approvals;
 pub(crate) mod backlog;
 pub(crate) mod capacity;
 pub(crate) mod features;
@@ -40,5 +41,6 @@ pub use pool::{WORKERS, WorkerThreads};
 pub use runtime::{Credentials, Plane, Renewal};
 /// One served connection: its setup, its two ends, and how it ended.
 pub use session::{
-    AuditSink, ControlRequests, DataPlane, End, Ended, Inbound, Outbound, Serving, Setup, serve,
+    AuditSink, CommandRules, ControlRequests, DataPlane, DataPlaneFactory, End, Ended, Inbound,
+    Outbound, Serving, Setup, serve,
 };

@@ -145,6 +145,45 @@ pub struct DataPlane {
     pub umask: rustix::fs::Mode,
     /// The sandboxes of commands, decided at start.
     pub sandbox: crate::exec::CommandSandbox,
+    /// The local command rules, shared by every session.
+    pub rules: Arc<CommandRules>,
+    /// The session's id, shown to the user asked about a command.
+    pub session_id: String,
+}
+
+/// Builds a session's data plane from its id and its pinned root.
+pub type DataPlaneFactory = Arc<dyn Fn(&str, Arc<Jail>) -> DataPlane + Send + Sync>;
+
+/// The local command rules and whoever asks the user about an `ask`,
+/// built once at start.
+pub struct CommandRules {
+    /// The rules.
+    pub policy: crate::exec::Policy,
+    /// The approval registry; `None` when no rule can say `ask`.
+    pub approver: Option<Arc<dyn crate::exec::Approver>>,
+    /// `approval_timeout_seconds`.
+    pub approval_timeout: Duration,
+}
+
+impl Default for CommandRules {
+    /// No rules: every command is allowed and nothing is recorded.
+    fn default() -> Self {
+        CommandRules {
+            policy: crate::exec::Policy::default(),
+            approver: None,
+            approval_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+impl std::fmt::Debug for CommandRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandRules")
+            .field("policy", &self.policy)
+            .field("approver", &self.approver.is_some())
+            .field("approval_timeout", &self.approval_timeout)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for DataPlane {
@@ -766,6 +805,12 @@ fn route(
                 wait: Duration::from_secs(setup.platform_wait_seconds),
             }),
             sandbox: data.sandbox,
+            rules: crate::exec::Rules {
+                policy: &data.rules.policy,
+                approver: data.rules.approver.as_deref(),
+                approval_timeout: data.rules.approval_timeout,
+                session_id: &data.session_id,
+            },
         },
         shell_enabled: data.shell_enabled,
     };

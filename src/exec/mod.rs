@@ -12,6 +12,7 @@
 mod cancel;
 mod env;
 mod output;
+pub mod policy;
 pub(crate) mod run;
 pub mod sandbox;
 mod shell;
@@ -21,12 +22,16 @@ pub(crate) mod spawner;
 pub use cancel::Cancel;
 /// The output budget: the cap on a stream's text and the truncation marker.
 pub use output::{MARKER, TEXT_CAP};
+/// The local command rules.
+pub use policy::{Approver, Policy};
 /// Killing a command's process group, and whether it is gone.
 pub use run::{group_gone, terminate_group};
 /// The filesystem and network sandboxes of commands.
 pub use sandbox::{
     CommandSandbox, FsSandbox, NetSandbox, NetworkMode, SandboxFallback, SandboxMode,
 };
+/// Finding a program on a `PATH`, as commands' shells are found.
+pub use shell::which;
 /// The handle to the spawner process that starts the commands.
 pub use spawner::Spawner;
 
@@ -69,7 +74,51 @@ pub struct ExecContext<'a> {
     pub platform_deadline: Option<PlatformDeadline>,
     /// The sandboxes every command runs under, decided at start.
     pub sandbox: CommandSandbox,
+    /// The local command rules, and who is asked when one says `ask`.
+    pub rules: Rules<'a>,
 }
+
+/// The local command rules as one command meets them.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    /// The rules in force (empty: everything is allowed, nothing recorded).
+    pub policy: &'a Policy,
+    /// Asks the user; `None` when no rule can say `ask`.
+    pub approver: Option<&'a dyn Approver>,
+    /// `approval_timeout_seconds`.
+    pub approval_timeout: Duration,
+    /// The session the commands belong to, shown to the user.
+    pub session_id: &'a str,
+}
+
+impl Rules<'static> {
+    /// No rules: every command is allowed and nothing is recorded.
+    pub fn none() -> Rules<'static> {
+        Rules {
+            policy: &policy::NO_RULES,
+            approver: None,
+            approval_timeout: Duration::from_secs(20),
+            session_id: "",
+        }
+    }
+}
+
+impl std::fmt::Debug for Rules<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("active", &self.policy.is_active())
+            .field("approver", &self.approver.is_some())
+            .field("approval_timeout", &self.approval_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `details.reason` of a command the local rules refused.
+pub const LOCAL_POLICY_DENIED: &str = "local_policy_denied";
+/// `details.reason` of a command the user denied.
+pub const LOCAL_CONFIRMATION_DENIED: &str = "local_confirmation_denied";
+/// `details.reason` of a command nobody approved in time.
+pub const LOCAL_CONFIRMATION_TIMEOUT: &str = "local_confirmation_timeout";
 
 /// The platform's wait for a reply: it drops a reply that arrives later
 /// than `wait` (the `HELLO_ACK`'s own `command_timeout_seconds`) after it
@@ -133,6 +182,18 @@ pub enum ExecError {
     /// Commands have no network, but this one's isolation could not be set
     /// up; it was not started (never with the network instead).
     NetworkIsolationUnavailable(String),
+    /// The local command rules, or the user asked about it, refused it;
+    /// it never spawned. `reason` is one of [`LOCAL_POLICY_DENIED`],
+    /// [`LOCAL_CONFIRMATION_DENIED`] or [`LOCAL_CONFIRMATION_TIMEOUT`];
+    /// `rule` the deciding rule's name.
+    Refused {
+        /// `details.reason`.
+        reason: &'static str,
+        /// `details.rule`.
+        rule: String,
+        /// The message.
+        message: String,
+    },
     /// The command reached the handler without passing the command limits.
     NotAdmitted,
     /// The connection closed, the session stopped or the shim is shutting
@@ -149,7 +210,8 @@ impl ExecError {
             | Self::Overloaded(m)
             | Self::StartFailed(m)
             | Self::SandboxUnavailable(m)
-            | Self::NetworkIsolationUnavailable(m) => m,
+            | Self::NetworkIsolationUnavailable(m)
+            | Self::Refused { message: m, .. } => m,
             Self::Cwd(e) => e.message(),
             Self::NotAdmitted => NOT_ADMITTED,
             Self::Cancelled => CANCELLED,
@@ -210,6 +272,7 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     let mut record = Record {
         req,
         sandbox: ctx.sandbox,
+        policy: None,
         started,
         cwd: cwd_wire.clone(),
         env_keys: env::keys(req.env.keys().map(OsStr::new)),
@@ -260,6 +323,14 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     if let Err(e) = env::validate(&req.env) {
         return record.fail(ExecError::Invalid(e.message()));
     }
+
+    // The local rules, before anything is prepared for the command. An
+    // `ask` waits here, holding the command's slot, and the wait comes off
+    // the command's own time.
+    let waited = match apply_rules(ctx, req, &program, &mut record) {
+        Ok(waited) => waited,
+        Err(outcome) => return *outcome,
+    };
     let host = ctx
         .host_env
         .iter()
@@ -366,7 +437,8 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     let finished = run::supervise(
         child,
         output,
-        timeout,
+        // An approval's wait came off the command's own time.
+        timeout.saturating_sub(waited),
         result_by,
         ctx.max_file_size_bytes,
         ctx.cancel,
@@ -413,6 +485,7 @@ pub fn refuse(ctx: &ExecContext<'_>, req: &ExecuteCommand, error: ExecError) -> 
     let record = Record {
         req,
         sandbox: ctx.sandbox,
+        policy: None,
         started: Instant::now(),
         cwd: match req.cwd.as_deref() {
             Some(cwd) if !cwd.is_empty() => cwd.to_owned(),
@@ -442,6 +515,8 @@ struct Record<'a> {
     req: &'a ExecuteCommand,
     /// Added to the record only when a sandbox was configured.
     sandbox: CommandSandbox,
+    /// The local rules' decision, when rules are configured.
+    policy: Option<Value>,
     started: Instant,
     /// Raw (or root) until the jail accepted, then the resolved path.
     cwd: String,
@@ -463,8 +538,12 @@ impl Record<'_> {
             .with("cwd", Value::String(self.cwd.clone()))
             .with("env_keys", json!(self.env_keys))
             .with("timeout_seconds", json!(self.timeout_seconds));
-        match self.sandbox.audit_value() {
+        let details = match self.sandbox.audit_value() {
             Some(sandbox) => details.with("sandbox", sandbox),
+            None => details,
+        };
+        match &self.policy {
+            Some(policy) => details.with("policy", policy.clone()),
             None => details,
         }
     }
@@ -480,6 +559,105 @@ impl Record<'_> {
             reply: Err(error),
             leftover_group: None,
             cancelled: false,
+        }
+    }
+}
+
+/// Decides the command by the local rules (none configured: allowed
+/// without a record). Returns how long an `ask` waited for the user; a
+/// refusal, a denial, a timeout or a cancellation while waiting is the
+/// command's finished outcome, and it never spawns.
+fn apply_rules(
+    ctx: &ExecContext<'_>,
+    req: &ExecuteCommand,
+    program: &Program<'_>,
+    record: &mut Record<'_>,
+) -> Result<Duration, Box<CommandOutcome>> {
+    let policy = ctx.rules.policy;
+    if !policy.is_active() {
+        return Ok(Duration::ZERO);
+    }
+    let request = match program {
+        Program::Shell(command) => policy::Request::Shell {
+            shell: req.shell,
+            command,
+        },
+        Program::Argv(argv) => policy::Request::Argv(argv),
+    };
+    let verdict = policy.decide(request, &req.env, &record.cwd);
+    let rule = verdict.rule;
+    let mut decision = json!({"rule": rule, "action": verdict.action.as_str()});
+    let refused = |record: &mut Record<'_>, decision: Value, reason, message: String| {
+        record.policy = Some(decision);
+        Box::new(record.fail(ExecError::Refused {
+            reason,
+            rule: rule.clone(),
+            message,
+        }))
+    };
+    match verdict.action {
+        policy::Action::Allow => {
+            record.policy = Some(decision);
+            Ok(Duration::ZERO)
+        }
+        policy::Action::Deny => Err(refused(
+            record,
+            decision,
+            LOCAL_POLICY_DENIED,
+            format!("The local command rules refuse this command (rule \"{rule}\")."),
+        )),
+        policy::Action::Ask => {
+            let asked = Instant::now();
+            // The answer must leave the command time to run and its result
+            // time to reach the platform before its deadline.
+            let own_time = Duration::from_secs(record.timeout_seconds).saturating_sub(MIN_RUN);
+            let mut wait = ctx.rules.approval_timeout.min(own_time);
+            if let Some(by) = ctx.platform_deadline.and_then(|d| d.result_by()) {
+                wait = wait.min(by.saturating_duration_since(asked + MIN_RUN));
+            }
+            let question = policy::Question {
+                session_id: ctx.rules.session_id.to_owned(),
+                command: match program {
+                    Program::Shell(command) => (*command).to_owned(),
+                    Program::Argv(argv) => policy::quote_argv(argv),
+                },
+                cwd: record.cwd.clone(),
+                rule: rule.clone(),
+            };
+            let answer = match ctx.rules.approver {
+                Some(approver) if !wait.is_zero() => approver.ask(&question, wait, ctx.cancel),
+                _ => policy::Answer::TimedOut,
+            };
+            let waited = asked.elapsed();
+            decision["approval"] = json!(answer.as_str());
+            decision["waited_ms"] = json!(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX));
+            match answer {
+                policy::Answer::Approved => {
+                    record.policy = Some(decision);
+                    Ok(waited)
+                }
+                policy::Answer::Denied => Err(refused(
+                    record,
+                    decision,
+                    LOCAL_CONFIRMATION_DENIED,
+                    format!("The command was denied at this machine (rule \"{rule}\")."),
+                )),
+                policy::Answer::TimedOut => Err(refused(
+                    record,
+                    decision,
+                    LOCAL_CONFIRMATION_TIMEOUT,
+                    format!(
+                        "No one approved the command at this machine within {} s (rule \"{rule}\").",
+                        wait.as_secs()
+                    ),
+                )),
+                policy::Answer::Cancelled => {
+                    record.policy = Some(decision);
+                    let mut outcome = record.fail(ExecError::Cancelled);
+                    outcome.cancelled = true;
+                    Err(Box::new(outcome))
+                }
+            }
         }
     }
 }

@@ -15,7 +15,7 @@
 //! inside one of the shim's protected locations.
 
 use std::ffi::OsStr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -130,9 +130,10 @@ impl CommandSandbox {
         fs: SandboxMode,
         network: NetworkMode,
         fallback: SandboxFallback,
+        shim: &Path,
     ) -> Result<CommandSandbox, String> {
         let fs = FsSandbox::decide(fs, fallback, probe_landlock);
-        let net = NetSandbox::decide(network, fallback, probe_network);
+        let net = NetSandbox::decide(network, fallback, || probe_network(shim));
         match (fs, net) {
             (Ok(fs), Ok(net)) => Ok(CommandSandbox { fs, net }),
             (Err(fs), Err(net)) => Err(format!("{fs}; and {net}")),
@@ -250,13 +251,54 @@ fn network_remedy(part: ConfinementPart) -> &'static str {
         }
         ConfinementPart::Seccomp => "use a kernel with seccomp filters (CONFIG_SECCOMP_FILTER)",
         ConfinementPart::Landlock => "use a kernel with Landlock enabled",
+        ConfinementPart::Probe => "fix what the reason names",
     }
 }
 
-/// Sets the network isolation up in a throwaway child process, exactly as
-/// a command's child would, and reports the step that fails.
-pub fn probe_network() -> Result<(), ConfinementFailure> {
-    crate::sys::probe_network_isolation(&crate::sys::NetworkIsolation::new())
+/// Starts `shim --version` exactly as a command without network would be
+/// started (through a spawner of its own, so the daemon's memory is never
+/// forked), and reports the step that fails. `shim` is this program.
+pub fn probe_network(shim: &Path) -> Result<(), ConfinementFailure> {
+    let failed = |e: std::io::Error| ConfinementFailure {
+        part: ConfinementPart::Probe,
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+    };
+    let spawner = super::Spawner::start(shim).map_err(failed)?;
+    let null = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+    };
+    let cwd = rustix::fs::open(
+        "/",
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| failed(e.into()))?;
+    let argv = [shim.as_os_str().to_owned(), "--version".into()];
+    let spawned = spawner.spawn(
+        &argv,
+        &std::collections::BTreeMap::new(),
+        cwd.as_fd(),
+        null().map_err(failed)?,
+        null().map_err(failed)?,
+        super::spawner::Confinement {
+            landlock: None,
+            isolate_network: true,
+        },
+    );
+    match spawned {
+        Ok(child) => {
+            // Started means every step held; its exit says nothing more.
+            let _ = child.exit.recv_timeout(std::time::Duration::from_secs(10));
+            Ok(())
+        }
+        Err(e) => Err(e
+            .raw_os_error()
+            .and_then(ConfinementFailure::decode)
+            .unwrap_or_else(|| failed(e))),
+    }
 }
 
 /// What the daemon does with commands' files, decided once at start.

@@ -32,15 +32,18 @@ pub enum Part {
     Loopback,
     /// Installing the seccomp filter.
     Seccomp,
+    /// Trying the isolation at all (the probe could not run).
+    Probe,
 }
 
 impl Part {
-    const ALL: [Part; 5] = [
+    const ALL: [Part; 6] = [
         Part::Landlock,
         Part::Namespaces,
         Part::IdentityMap,
         Part::Loopback,
         Part::Seccomp,
+        Part::Probe,
     ];
 
     /// Whether the failure belongs to the network isolation (rather than
@@ -57,6 +60,7 @@ impl Part {
             Part::IdentityMap => "the user could not be mapped into the new user namespace",
             Part::Loopback => "the namespace's loopback interface could not be brought up",
             Part::Seccomp => "the seccomp socket filter could not be installed",
+            Part::Probe => "the isolation could not be tried",
         }
     }
 
@@ -67,6 +71,7 @@ impl Part {
             Part::IdentityMap => 3,
             Part::Loopback => 4,
             Part::Seccomp => 5,
+            Part::Probe => 6,
         }
     }
 }
@@ -163,6 +168,16 @@ impl NetworkIsolation {
         if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
             return Err(tag(Part::Namespaces, os()));
         }
+        // The shim's processes are not dumpable, which makes their /proc
+        // files root's: the maps below could not be written by a user.
+        // Dumpable now changes nothing an attacker could use (same-user
+        // processes own the new namespace, and so may trace this child
+        // anyway), and `exec` resets the flag for the command.
+        // SAFETY: prctl with PR_SET_DUMPABLE takes integer arguments only
+        // and changes only this process's flag.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
+            return Err(tag(Part::IdentityMap, os()));
+        }
         write_proc(c"/proc/self/uid_map", self.uid_map.as_bytes())
             .and_then(|()| write_proc(c"/proc/self/setgroups", b"deny"))
             .and_then(|()| write_proc(c"/proc/self/gid_map", self.gid_map.as_bytes()))
@@ -256,46 +271,77 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     }
 }
 
-/// `struct seccomp_data`: `nr` at 0, `arch` at 4, `args[0]` at 16 (its low
-/// half on these little-endian machines).
+/// `struct seccomp_data`: `nr` at 0, `arch` at 4, `args[i]` at 16 + 8i
+/// (their low halves on these little-endian machines).
 const NR: u32 = 0;
 const ARCH: u32 = 4;
 const ARG0: u32 = 16;
+const ARG1: u32 = 24;
+const ARG2: u32 = 32;
 
 const LOAD: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
 const JEQ: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
 const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
+const AND: u32 = libc::BPF_ALU | libc::BPF_AND | libc::BPF_K;
 const RET: u32 = libc::BPF_RET | libc::BPF_K;
 
-/// Refuses, with `EACCES`, every socket other than Internet and netlink
-/// ones, io_uring and the x32 system calls; kills a process that makes a
-/// system call of another architecture (whose numbers this filter does not
-/// know). A jump's offsets count the instructions after it: the refusal
-/// is instruction 12, the allowance 7 and 13.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-const SOCKET_FILTER: [libc::sock_filter; 14] = {
+/// The socket type's bits of `socket`'s and `socketpair`'s second
+/// argument (the rest are flags).
+const SOCK_TYPE_MASK: u32 = 0xf;
+
+/// The routing netlink protocol (`<linux/netlink.h>`), the one the C
+/// library needs for the namespace's own addresses.
+const NETLINK_ROUTE: u32 = 0;
+
+/// Lets a command create Internet sockets, routing netlink sockets (the
+/// namespace's own addresses and routes) and connected Unix socket pairs;
+/// refuses, with `EACCES`, every other socket (a Unix socket could reach
+/// the host's services by path, a datagram pair can still send to a
+/// path), io_uring (it creates sockets without these calls) and the x32
+/// calls; kills a process that makes a system call of another
+/// architecture, whose numbers this filter does not know. A jump's
+/// offsets count the instructions after it: the refusal is instruction 20,
+/// the allowances 8 and 21.
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_endian = "little"
+))]
+const SOCKET_FILTER: [libc::sock_filter; 22] = {
     let deny = libc::SECCOMP_RET_ERRNO | (libc::EACCES as u32);
     [
         /* 0 */ statement(LOAD, ARCH),
         /* 1 */ jump(JEQ, AUDIT_ARCH, 1, 0),
         /* 2 */ statement(RET, libc::SECCOMP_RET_KILL_PROCESS),
         /* 3 */ statement(LOAD, NR),
-        /* 4 */ jump(JGE, X32_SYSCALL_BIT, 7, 0),
-        /* 5 */ jump(JEQ, libc::SYS_io_uring_setup as u32, 6, 0),
-        /* 6 */ jump(JEQ, libc::SYS_socket as u32, 1, 0),
-        /* 7 */ statement(RET, libc::SECCOMP_RET_ALLOW),
-        /* 8 */ statement(LOAD, ARG0),
-        /* 9 */ jump(JEQ, libc::AF_INET as u32, 3, 0),
-        /* 10 */ jump(JEQ, libc::AF_INET6 as u32, 2, 0),
-        /* 11 */ jump(JEQ, libc::AF_NETLINK as u32, 1, 0),
-        /* 12 */ statement(RET, deny),
-        /* 13 */ statement(RET, libc::SECCOMP_RET_ALLOW),
+        /* 4 */ jump(JGE, X32_SYSCALL_BIT, 15, 0),
+        /* 5 */ jump(JEQ, libc::SYS_io_uring_setup as u32, 14, 0),
+        /* 6 */ jump(JEQ, libc::SYS_socket as u32, 2, 0),
+        /* 7 */ jump(JEQ, libc::SYS_socketpair as u32, 7, 0),
+        /* 8 */ statement(RET, libc::SECCOMP_RET_ALLOW),
+        // socket(family, type, protocol)
+        /* 9 */ statement(LOAD, ARG0),
+        /* 10 */ jump(JEQ, libc::AF_INET as u32, 10, 0),
+        /* 11 */ jump(JEQ, libc::AF_INET6 as u32, 9, 0),
+        /* 12 */ jump(JEQ, libc::AF_NETLINK as u32, 0, 7),
+        /* 13 */ statement(LOAD, ARG2),
+        /* 14 */ jump(JEQ, NETLINK_ROUTE, 6, 5),
+        // socketpair(family, type, protocol, sv)
+        /* 15 */ statement(LOAD, ARG0),
+        /* 16 */ jump(JEQ, libc::AF_UNIX as u32, 0, 4),
+        /* 17 */ statement(LOAD, ARG1),
+        /* 18 */ statement(AND, SOCK_TYPE_MASK),
+        /* 19 */ jump(JEQ, libc::SOCK_DGRAM as u32, 0, 1),
+        /* 20 */ statement(RET, deny),
+        /* 21 */ statement(RET, libc::SECCOMP_RET_ALLOW),
     ]
 };
 
 /// Installs [`SOCKET_FILTER`] on the calling process (after setting
 /// `no_new_privs`, which an unprivileged filter requires).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_endian = "little"
+))]
 fn install_socket_filter() -> io::Result<()> {
     let program = libc::sock_fprog {
         len: SOCKET_FILTER.len() as u16,
@@ -323,74 +369,12 @@ fn install_socket_filter() -> io::Result<()> {
 
 /// Other architectures: the filter's system-call numbers are not known
 /// here, so isolation is refused rather than installed without it.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_endian = "little"
+)))]
 fn install_socket_filter() -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
-}
-
-/// Sets up the isolation in a throwaway child process and reports the
-/// step that fails, if any, and checks that the filter refuses a Unix
-/// socket. The shim itself is never changed.
-pub fn probe(isolation: &NetworkIsolation) -> Result<(), ConfinementFailure> {
-    let internal = |errno: i32| ConfinementFailure {
-        part: Part::Namespaces,
-        errno,
-    };
-    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| internal(e.raw_os_error()))?;
-    let isolation = *isolation;
-    // SAFETY: the child below only makes raw system calls (those of
-    // `enter`, `socket`, `write`, `_exit`) and never returns into Rust
-    // code that could allocate or take a lock another thread held.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(internal(
-            io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        ));
-    }
-    if pid == 0 {
-        let raw = match isolation.enter() {
-            Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            Ok(()) => {
-                // SAFETY: `socket` takes integer arguments only; a
-                // descriptor it returns dies with the child.
-                let unix = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
-                if unix >= 0 {
-                    tag(Part::Seccomp, io::Error::from_raw_os_error(libc::EPERM))
-                        .raw_os_error()
-                        .unwrap_or(libc::EIO)
-                } else {
-                    0
-                }
-            }
-        };
-        let bytes = raw.to_ne_bytes();
-        // SAFETY: `bytes` is valid for reads of its length; the write end
-        // is open in the child; `_exit` ends it without running anything
-        // of the parent's.
-        unsafe {
-            libc::write(
-                std::os::fd::AsRawFd::as_raw_fd(&write_end),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-            );
-            libc::_exit(0);
-        }
-    }
-    drop(write_end);
-    let mut bytes = [0u8; 4];
-    let read = rustix::io::read(&read_end, &mut bytes);
-    let child = rustix::process::Pid::from_raw(pid);
-    let _ = rustix::process::waitpid(child, rustix::process::WaitOptions::empty());
-    match read {
-        Ok(4) => match i32::from_ne_bytes(bytes) {
-            0 => Ok(()),
-            raw => Err(ConfinementFailure::decode(raw).unwrap_or(internal(raw & 0xfff))),
-        },
-        _ => Err(internal(libc::EIO)),
-    }
 }
 
 #[cfg(test)]
@@ -418,6 +402,86 @@ mod tests {
         for errno in [0, libc::ENOENT, libc::EACCES, libc::E2BIG, 4095] {
             assert_eq!(ConfinementFailure::decode(errno), None);
         }
+    }
+
+    /// Runs `SOCKET_FILTER` the way the kernel does, for one call.
+    #[cfg(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        target_endian = "little"
+    ))]
+    fn verdict(arch: u32, nr: u32, args: [u32; 3]) -> u32 {
+        let word = |offset: u32| match offset {
+            NR => nr,
+            ARCH => arch,
+            ARG0 => args[0],
+            ARG1 => args[1],
+            ARG2 => args[2],
+            other => panic!("the filter reads offset {other}"),
+        };
+        let mut accumulator = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let op = SOCKET_FILTER[pc];
+            let code = u32::from(op.code);
+            pc += 1;
+            match code {
+                LOAD => accumulator = word(op.k),
+                AND => accumulator &= op.k,
+                RET => return op.k,
+                JEQ | JGE => {
+                    let taken = if code == JEQ {
+                        accumulator == op.k
+                    } else {
+                        accumulator >= op.k
+                    };
+                    pc += usize::from(if taken { op.jt } else { op.jf });
+                }
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+            assert!(pc < SOCKET_FILTER.len(), "jumped past the end");
+        }
+    }
+
+    #[test]
+    #[cfg(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        target_endian = "little"
+    ))]
+    fn the_filter_allows_internet_and_routing_sockets_and_refuses_the_rest() {
+        let deny = libc::SECCOMP_RET_ERRNO | libc::EACCES as u32;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let socket = libc::SYS_socket as u32;
+        let pair = libc::SYS_socketpair as u32;
+        let stream = libc::SOCK_STREAM as u32;
+        let dgram = libc::SOCK_DGRAM as u32 | libc::SOCK_CLOEXEC as u32;
+        let family = |f: i32| f as u32;
+        for (call, args, expected) in [
+            (socket, [family(libc::AF_INET), stream, 0], allow),
+            (socket, [family(libc::AF_INET6), dgram, 0], allow),
+            (socket, [family(libc::AF_NETLINK), dgram, 0], allow),
+            (socket, [family(libc::AF_NETLINK), dgram, 9], deny),
+            (socket, [family(libc::AF_UNIX), stream, 0], deny),
+            (socket, [family(libc::AF_VSOCK), stream, 0], deny),
+            (socket, [family(libc::AF_PACKET), dgram, 0], deny),
+            (pair, [family(libc::AF_UNIX), stream, 0], allow),
+            (
+                pair,
+                [family(libc::AF_UNIX), libc::SOCK_SEQPACKET as u32, 0],
+                allow,
+            ),
+            (pair, [family(libc::AF_UNIX), dgram, 0], deny),
+            (libc::SYS_io_uring_setup as u32, [1, 0, 0], deny),
+            (X32_SYSCALL_BIT | 39, [0, 0, 0], deny),
+            (libc::SYS_getpid as u32, [0, 0, 0], allow),
+            (libc::SYS_connect as u32, [3, 0, 0], allow),
+        ] {
+            assert_eq!(verdict(AUDIT_ARCH, call, args), expected, "{call} {args:?}");
+        }
+        // i386 or AArch32 calls: the process is killed.
+        assert_eq!(
+            verdict(0x4000_0003, socket, [0, 0, 0]),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
     }
 
     #[test]

@@ -79,6 +79,7 @@ impl Fx {
             cancel: &self.cancel,
             platform_deadline: None,
             sandbox: autogpt_shim::exec::CommandSandbox::default(),
+            rules: autogpt_shim::exec::Rules::none(),
         };
         exec::execute(&ctx, req)
     }

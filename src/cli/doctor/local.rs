@@ -88,6 +88,7 @@ pub fn checks(config: &Config, env: &Environment) -> Local {
         config.command_sandbox,
         config.command_network,
         config.command_sandbox_fallback,
+        &std::env::current_exe().unwrap_or_default(),
     )));
     checks.push(containment());
     checks.push(autostart(config, env));

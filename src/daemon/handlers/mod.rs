@@ -402,9 +402,9 @@ impl OperationError for ExecError {
             ExecError::Cwd(e) => e.code(),
             ExecError::NotAvailable(_) => ErrorCode::ShellNotAvailable,
             ExecError::Overloaded(_) => ErrorCode::ShimOverloaded,
-            ExecError::SandboxUnavailable(_) | ExecError::NetworkIsolationUnavailable(_) => {
-                ErrorCode::CapabilityNotGranted
-            }
+            ExecError::SandboxUnavailable(_)
+            | ExecError::NetworkIsolationUnavailable(_)
+            | ExecError::Refused { .. } => ErrorCode::CapabilityNotGranted,
             // The reference answers a malformed request as an exception.
             ExecError::Invalid(_)
             | ExecError::StartFailed(_)
@@ -422,6 +422,10 @@ impl OperationError for ExecError {
             }
             ExecError::NetworkIsolationUnavailable(_) => {
                 details.insert("reason".into(), "network_isolation_unavailable".into());
+            }
+            ExecError::Refused { reason, rule, .. } => {
+                details.insert("reason".into(), (*reason).into());
+                details.insert("rule".into(), rule.clone().into());
             }
             _ => {}
         }
