@@ -254,7 +254,12 @@ impl ApprovalSocket {
     /// Binds `approvals.sock` in `state_dir` (replacing a stale socket, never
     /// anything else) for this user only, and serves `approvals` on it.
     pub fn start(approvals: Arc<Approvals>, state_dir: &Path) -> Result<ApprovalSocket, String> {
-        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(state_dir)
+            .map_err(|e| format!("{}: {e}", state_dir.display()))?;
         let path = state_dir.join(SOCKET_NAME);
         match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.file_type().is_socket() => {

@@ -594,6 +594,12 @@ impl Glob {
     ) -> Option<bool> {
         while t < self.tokens.len() {
             budget.spend(1)?;
+            // A final `/**` also matches the directory itself (`/w/**`
+            // matches `/w`).
+            if i == text.len() && matches!(&self.tokens[t..], [Token::Char('/'), Token::DoubleStar])
+            {
+                return Some(true);
+            }
             match &self.tokens[t] {
                 Token::Star | Token::DoubleStar => {
                     let crosses = self.tokens[t] == Token::DoubleStar || !self.slashes;
@@ -1027,6 +1033,8 @@ mod tests {
         assert!(!m("/a/*", true, "/a/b/c"));
         assert!(m("/a/**", true, "/a/b/c"));
         assert!(m("/a/**/c", true, "/a/b/c"));
+        assert!(m("/a/**", true, "/a"));
+        assert!(!m("/a/**", true, "/ab"));
         assert!(m("[a-c-]", false, "-"));
     }
 }
