@@ -9,7 +9,7 @@
 mod start_support;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ fn config(home: &Home, text: &str) -> PathBuf {
 }
 
 /// A shim with the shell on, reading `config`, connected with `ack`.
-fn shim_with(home: &Home, config: &PathBuf, ack: HelloAck) -> (Shim, Conn) {
+fn shim_with(home: &Home, config: &Path, ack: HelloAck) -> (Shim, Conn) {
     let emulator = emulator();
     let mut args = platform_args(&emulator);
     args.extend(
@@ -244,7 +244,7 @@ action = "ask"
 "#;
 
 /// Runs `autogpt-shim [--config] verb [args]` with `stdin`.
-fn decision(home: &Home, config: &PathBuf, verb: &[&str], stdin: &str) -> Output {
+fn decision(home: &Home, config: &Path, verb: &[&str], stdin: &str) -> Output {
     let mut args = vec!["--config", config.to_str().unwrap()];
     args.extend_from_slice(verb);
     let mut child = home
@@ -264,7 +264,7 @@ fn decision(home: &Home, config: &PathBuf, verb: &[&str], stdin: &str) -> Output
 }
 
 /// The waiting commands' numbers, as `approve` lists them.
-fn waiting(home: &Home, config: &PathBuf) -> (Vec<u64>, String) {
+fn waiting(home: &Home, config: &Path) -> (Vec<u64>, String) {
     let out = decision(home, config, &["approve"], "");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
@@ -277,7 +277,7 @@ fn waiting(home: &Home, config: &PathBuf) -> (Vec<u64>, String) {
     (ids, text)
 }
 
-fn wait_for_one(home: &Home, config: &PathBuf) -> (u64, String) {
+fn wait_for_one(home: &Home, config: &Path) -> (u64, String) {
     let deadline = Instant::now() + WAIT;
     loop {
         let (ids, text) = waiting(home, config);
