@@ -188,3 +188,42 @@ fn a_bad_sandbox_mode_is_a_usage_or_configuration_error() {
     assert_eq!(out.status.code(), Some(78), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("command_sandbox"));
 }
+
+#[test]
+fn a_command_whose_sandbox_cannot_be_set_up_is_refused_and_never_runs_unconfined() {
+    if landlock_abi().is_none() {
+        return;
+    }
+    let home = Home::new();
+    // The private temporary directories go below the shim's TMPDIR; one
+    // that does not exist makes every command's setup fail, after the
+    // probe at start succeeded.
+    let missing = home.path().join("no-such-tmp");
+    let (shim, conn) = shell(
+        &home,
+        &[("TMPDIR", missing.to_str().unwrap())],
+        &["--command-sandbox", "workspace"],
+    );
+    let (id, refused) = call(&conn, "EXECUTE_COMMAND", json!({"command": "touch ran"}));
+    assert_eq!(refused["type"], "ERROR", "{refused}");
+    assert_eq!(refused["payload"]["code"], "CAPABILITY_NOT_GRANTED", "{refused}");
+    assert_eq!(
+        refused["payload"]["details"]["reason"], "sandbox_unavailable",
+        "{refused}"
+    );
+    assert!(!home.root.join("ran").exists());
+    let record = home
+        .records()
+        .into_iter()
+        .find(|r| r["request_id"] == id)
+        .unwrap();
+    assert_eq!(record["result"]["exit_code"], Value::Null, "{record}");
+    assert!(
+        record["details"]["sandbox"]["fs"]
+            .as_str()
+            .unwrap()
+            .starts_with("landlock-v"),
+        "{record}"
+    );
+    stop(shim);
+}
