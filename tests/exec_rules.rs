@@ -351,6 +351,14 @@ fn ask_waits_for_approve_or_deny_through_the_real_socket_and_times_out() {
         "timeout"
     );
 
+    // `status` names the rules in force.
+    let status = decision(&home, &config, &["status"], "");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("command rules: 1 rule(s); no match: allow; shell syntax: ask"),
+        "{text}"
+    );
+
     // The socket is the user's alone, and goes with the daemon.
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode();

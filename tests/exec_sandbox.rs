@@ -206,7 +206,10 @@ fn a_command_whose_sandbox_cannot_be_set_up_is_refused_and_never_runs_unconfined
     );
     let (id, refused) = call(&conn, "EXECUTE_COMMAND", json!({"command": "touch ran"}));
     assert_eq!(refused["type"], "ERROR", "{refused}");
-    assert_eq!(refused["payload"]["code"], "CAPABILITY_NOT_GRANTED", "{refused}");
+    assert_eq!(
+        refused["payload"]["code"], "CAPABILITY_NOT_GRANTED",
+        "{refused}"
+    );
     assert_eq!(
         refused["payload"]["details"]["reason"], "sandbox_unavailable",
         "{refused}"

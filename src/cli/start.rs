@@ -490,6 +490,7 @@ fn running_settings(
         config_file: config.config_file.display().to_string(),
         audit_log: config.audit_log_path.display().to_string(),
         command_sandbox: sandbox.describe(),
+        command_rules: config.command_policy.describe(),
     }
 }
 

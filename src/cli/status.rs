@@ -143,6 +143,13 @@ fn running_daemon(config: &Config, stdout: &mut dyn Write) {
             one_line(&settings.command_sandbox)
         );
     }
+    if !settings.command_rules.is_empty() {
+        say!(
+            stdout,
+            "  command rules: {}",
+            one_line(&settings.command_rules)
+        );
+    }
     say!(
         stdout,
         "  capabilities: {}",

@@ -50,6 +50,10 @@ pub struct RunningSettings {
     /// earlier versions).
     #[serde(default)]
     pub command_sandbox: String,
+    /// The local command rules, as one line (absent from the files of
+    /// earlier versions).
+    #[serde(default)]
+    pub command_rules: String,
 }
 
 /// The written file, removed when the value is dropped, so that no way out
@@ -114,6 +118,7 @@ mod tests {
             config_file: "/c/config.toml".into(),
             audit_log: "/s/audit.log".into(),
             command_sandbox: "files unconfined; network none (own namespace, loopback only)".into(),
+            command_rules: "2 rule(s); no match: allow; shell syntax: ask".into(),
         }
     }
 

@@ -283,6 +283,19 @@ impl Policy {
         !self.rules.is_empty() || self.default != Action::Allow
     }
 
+    /// One line for `status`: how many rules, and the two defaults.
+    pub fn describe(&self) -> String {
+        if !self.is_active() {
+            return "none (every command is allowed)".to_owned();
+        }
+        format!(
+            "{} rule(s); no match: {}; shell syntax: {}",
+            self.rules.len(),
+            self.default.as_str(),
+            self.shell_syntax.as_str()
+        )
+    }
+
     /// Whether some decision can be `ask` (so the approval socket is
     /// needed).
     pub fn can_ask(&self) -> bool {
