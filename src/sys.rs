@@ -12,7 +12,8 @@
 //! taking a secret variable out of the process environment, including the
 //! initial environment block the kernel shows in `/proc/<pid>/environ`; the
 //! C allocator's threshold for giving large allocations back; and the GPIO
-//! chip-information ioctl of hardware discovery (CAPABILITIES.md §6).
+//! chip-information ioctl of hardware discovery (CAPABILITIES.md §6); and
+//! the pidfd of a Unix socket's peer (the approval socket).
 //!
 //! This is the one module allowed `unsafe` (CLI.md §4.2 hardening note:
 //! SIGTERM is what service managers send). Every block carries a `SAFETY`
@@ -393,6 +394,45 @@ pub fn take_env_var(name: &str) -> Option<zeroize::Zeroizing<Vec<u8>>> {
     // name is neither empty nor contains `=` or NUL.
     unsafe { std::env::remove_var(name) };
     value
+}
+
+/// A pidfd of the process that connected the Unix socket `sock`
+/// (`SO_PEERPIDFD`, Linux 6.5 and later): unlike the pid of
+/// `SO_PEERCRED`, it names that process and no other even after the pid
+/// is reused. `Err` with `ENOPROTOOPT` on older kernels.
+#[cfg(target_os = "linux")]
+pub fn peer_pidfd(sock: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // <asm-generic/socket.h>; the same number on x86_64 and arm64.
+    const SO_PEERPIDFD: libc::c_int = 77;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `sock` is an open socket borrowed for the call; the kernel
+    // writes at most `len` bytes (one `c_int`) into `fd` and updates `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: the kernel just created `fd` for this process; nothing else
+    // owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Other systems have no pidfds.
+#[cfg(not(target_os = "linux"))]
+pub fn peer_pidfd(_sock: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
 /// The inode generation number of the open file `fd` (`FS_IOC_GETVERSION`),

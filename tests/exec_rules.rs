@@ -359,6 +359,13 @@ fn ask_waits_for_approve_or_deny_through_the_real_socket_and_times_out() {
         "{text}"
     );
 
+    // Commands have the network here, and start said what that means.
+    assert!(
+        shim.stderr.text().contains("could reach another service"),
+        "{}",
+        shim.output()
+    );
+
     // The socket is the user's alone, and goes with the daemon.
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
@@ -383,5 +390,61 @@ fn an_ask_is_decided_before_the_platforms_deadline() {
     let waited = asked.elapsed();
     assert_refused(&r, "local_confirmation_timeout", "ask before touching");
     assert!(waited < Duration::from_secs(3), "{waited:?}");
+    stop(shim);
+}
+
+#[test]
+fn a_command_cannot_answer_its_own_question() {
+    let home = Home::new();
+    let config = config(&home, &ASK.replace("= 2", "= 3"));
+    let (shim, conn) = shim_with(&home, &config, HelloAck::new());
+    let socket = home
+        .path()
+        .join("state/autogpt-local-executor/approvals.sock");
+
+    let asking = conn
+        .request(
+            "EXECUTE_COMMAND",
+            json!({"argv": ["touch", "self-approved"]}),
+        )
+        .unwrap();
+    let (number, _) = wait_for_one(&home, &config);
+    // Another command, allowed by the default, talks to the socket itself.
+    let script = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         s.connect({path:?})\n\
+         s.sendall(b'{{\"decide\": {number}, \"approve\": true}}\\n')\n\
+         try:\n\
+         \x20   print(s.recv(200) or 'closed')\n\
+         except ConnectionResetError:\n\
+         \x20   print('closed')",
+        path = socket.to_str().unwrap()
+    );
+    let (_, r) = argv(&conn, &["python3", "-c", &script]);
+    assert_eq!(r["payload"]["stdout"], "closed\n", "{r}");
+    let r = response_within(&conn, &asking, WAIT);
+    assert_refused(&r, "local_confirmation_timeout", "ask before touching");
+    assert!(!home.root.join("self-approved").exists());
+    stop(shim);
+}
+
+#[test]
+fn a_shell_string_of_words_runs_without_a_shell_so_builtins_cannot_smuggle_code() {
+    let home = Home::new();
+    let config = config(
+        &home,
+        "command_default_action = \"deny\"\n\
+         [[command_rule]]\nname = \"printf\"\nprogram = \"printf\"\naction = \"allow\"\n",
+    );
+    let (shim, conn) = shim_with(&home, &config, HelloAck::new());
+    // In bash, `printf -v` evaluates the subscript, and with it the
+    // substitution; run as words, the printf program prints its format.
+    let (_, r) = line(&conn, "printf -v 'a[$(touch pwned)]' x");
+    assert_eq!(r["type"], "COMMAND_RESULT", "{r}");
+    assert_eq!(r["payload"]["stdout"], "-v", "{r}");
+    assert!(!home.root.join("pwned").exists());
+    let (_, r) = line(&conn, "printf '%s-%s' a 'b c'");
+    assert_eq!(r["payload"]["stdout"], "a-b c", "{r}");
     stop(shim);
 }

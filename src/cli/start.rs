@@ -597,6 +597,14 @@ impl Running {
             .map(Arc::new)
             .map_err(|e| format!("cannot start the command spawner: {e}"))?;
         let (rules, approvals) = command_rules(config, &host_env, log)?;
+        if approvals.is_some() && sandbox.net != crate::exec::NetSandbox::Namespace {
+            log.warn(
+                "exec",
+                "command rules can ask for approval, but commands have the network \
+                 (command_network = \"allow\"): a command could reach another service of \
+                 this user and have it answer; set command_network = \"none\" to close that",
+            );
+        }
         let containment = format!("command containment: {}", spawner.containment());
         if spawner.containment().mechanism() == Mechanism::Uncontained {
             log.warn("exec", containment);

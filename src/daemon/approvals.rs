@@ -7,9 +7,12 @@
 //! The socket speaks one JSON line each way per connection: `{"list":
 //! true}` answers `{"pending": [...]}`; `{"decide": ID, "approve": BOOL}`
 //! answers `{"decided": ID}` or `{"error": "..."}`. A peer that is not this
-//! user (by `SO_PEERCRED`) is closed without an answer, a request is read
-//! with a size bound and a time limit, and one slow client cannot hold the
-//! socket for longer than that limit.
+//! user (by `SO_PEERCRED`), or that is one of the shim's own descendants
+//! (a command, or something a command left running: a command must never
+//! answer for itself), is closed without an answer. A request is read with
+//! a size bound and one deadline for the whole exchange, on a thread of
+//! its own (at most [`MAX_CLIENTS`] at once), so a slow client holds up
+//! nobody else.
 //!
 //! This module never answers a question by itself: an unanswered question
 //! times out (the command is refused), and a question leaves the registry
@@ -44,6 +47,15 @@ const CANCEL_POLL: Duration = Duration::from_millis(100);
 
 /// How often the socket thread looks at its stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+
+/// Connections served at once; more are closed at once.
+const MAX_CLIENTS: usize = 4;
+
+/// The longest command a list shows; longer ones are cut, and say so.
+const MAX_SHOWN_COMMAND: usize = 64 * 1024;
+
+/// The largest answer the client reads.
+const MAX_REPLY_BYTES: u64 = 4 * 1024 * 1024;
 
 /// A request on the socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,7 +156,7 @@ impl Approvals {
             .map(|(id, p)| PendingView {
                 id: *id,
                 session_id: p.question.session_id.clone(),
-                command: p.question.command.clone(),
+                command: shown_command(&p.question.command),
                 cwd: p.question.cwd.clone(),
                 rule: p.question.rule.clone(),
                 seconds_left: p.deadline.saturating_duration_since(now).as_secs(),
@@ -156,8 +168,11 @@ impl Approvals {
     /// was answered, timed out or never existed).
     pub fn decide(&self, id: u64, approve: bool) -> Result<(), String> {
         let mut state = self.lock();
+        let now = Instant::now();
         match state.pending.get_mut(&id) {
-            Some(pending) if pending.answer.is_none() => {
+            // Past its deadline a question is as good as timed out, even
+            // if its command has not looked yet.
+            Some(pending) if pending.answer.is_none() && now < pending.deadline => {
                 pending.answer = Some(approve);
                 drop(state);
                 self.changed.notify_all();
@@ -183,7 +198,7 @@ impl Approvals {
         let child = std::process::Command::new(program)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .args(["--app-name=autogpt-shim", summary, &body])
+            .args(["--app-name=autogpt-shim", "--", summary, &body])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -199,7 +214,8 @@ impl Approvals {
 
 impl Approver for Approvals {
     fn ask(&self, question: &Question, wait: Duration, cancel: &Cancel) -> Answer {
-        let deadline = Instant::now() + wait;
+        let asked = Instant::now();
+        let deadline = asked.checked_add(wait).unwrap_or(asked);
         let id = {
             let mut state = self.lock();
             state.next_id += 1;
@@ -311,15 +327,30 @@ impl Drop for ApprovalSocket {
     }
 }
 
-fn serve(listener: &UnixListener, approvals: &Approvals, stop: &AtomicBool) {
+fn serve(listener: &UnixListener, approvals: &Arc<Approvals>, stop: &AtomicBool) {
     let me = rustix::process::geteuid();
+    let clients = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _)) => {
                 let ours =
                     rustix::net::sockopt::socket_peercred(&stream).is_ok_and(|cred| cred.uid == me);
-                if ours {
-                    let _ = answer(stream, approvals);
+                if !ours || clients.load(Ordering::SeqCst) >= MAX_CLIENTS {
+                    continue;
+                }
+                clients.fetch_add(1, Ordering::SeqCst);
+                let approvals = Arc::clone(approvals);
+                let done = Arc::clone(&clients);
+                let spawned = std::thread::Builder::new()
+                    .name("approval-client".into())
+                    .spawn(move || {
+                        if !is_own_descendant(&stream) {
+                            let _ = answer(stream, &approvals);
+                        }
+                        done.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    clients.fetch_sub(1, Ordering::SeqCst);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -335,13 +366,108 @@ fn serve(listener: &UnixListener, approvals: &Approvals, stop: &AtomicBool) {
     }
 }
 
-/// Reads one request from `stream` and writes its answer.
+/// Whether the peer of `stream` is this process or one of its
+/// descendants (the spawner, a command, or anything a command started),
+/// or cannot be told apart from one. The peer is named by a pidfd where
+/// the kernel has them, so a pid reused after the peer exited cannot pass
+/// for it.
+fn is_own_descendant(stream: &UnixStream) -> bool {
+    use std::os::fd::AsFd;
+    let me = std::process::id();
+    let Ok(cred) = rustix::net::sockopt::socket_peercred(stream) else {
+        return true;
+    };
+    let Ok(peer) = u32::try_from(cred.pid.as_raw_nonzero().get()) else {
+        return true;
+    };
+    let pidfd = crate::sys::peer_pidfd(stream.as_fd()).ok().or_else(|| {
+        rustix::process::pidfd_open(cred.pid, rustix::process::PidfdFlags::empty()).ok()
+    });
+    let mut pid = peer;
+    // Bounded: a chain longer than any real process tree is treated as ours.
+    let mut descends = true;
+    for _ in 0..4096 {
+        if pid == me {
+            break;
+        }
+        match parent_of(pid) {
+            Some(0) => {
+                descends = false;
+                break;
+            }
+            Some(parent) => pid = parent,
+            None => break,
+        }
+    }
+    // The peer must still be the process whose ancestry was read: a pidfd
+    // becomes readable once its process has exited.
+    let alive = pidfd.is_some_and(|fd| {
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default())) == Ok(0)
+    });
+    descends || !alive
+}
+
+/// The parent pid of `pid` from `/proc/<pid>/stat`; `None` when it cannot
+/// be read.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything, `)` too.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `command` as the list shows it: whole up to [`MAX_SHOWN_COMMAND`]
+/// bytes, else cut there and marked.
+fn shown_command(command: &str) -> String {
+    if command.len() <= MAX_SHOWN_COMMAND {
+        return command.to_owned();
+    }
+    let mut cut = MAX_SHOWN_COMMAND;
+    while !command.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{} … ({} more bytes; the audit record has the whole command)",
+        &command[..cut],
+        command.len() - cut
+    )
+}
+
+/// Reads one request from `stream` and writes its answer, all within
+/// [`CLIENT_TIMEOUT`].
 fn answer(stream: UnixStream, approvals: &Approvals) -> std::io::Result<()> {
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let left = || {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            Err(std::io::Error::from(std::io::ErrorKind::TimedOut))
+        } else {
+            Ok(left)
+        }
+    };
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-    let mut line = String::new();
-    BufReader::new((&stream).take(MAX_REQUEST_BYTES)).read_line(&mut line)?;
+    let mut request = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !request.contains(&b'\n') {
+        stream.set_read_timeout(Some(left()?))?;
+        let read = (&stream).read(&mut chunk)?;
+        if read == 0 {
+            break;
+        }
+        request.extend_from_slice(&chunk[..read]);
+        if request.len() as u64 > MAX_REQUEST_BYTES {
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidData));
+        }
+    }
+    let end = request
+        .iter()
+        .position(|b| *b == b'\n')
+        .unwrap_or(request.len());
+    let line = String::from_utf8_lossy(&request[..end]).into_owned();
     let reply = match serde_json::from_str::<ClientRequest>(line.trim_end()) {
         Ok(ClientRequest {
             list: true,
@@ -376,6 +502,7 @@ fn answer(stream: UnixStream, approvals: &Approvals) -> std::io::Result<()> {
     };
     let mut bytes = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
+    stream.set_write_timeout(Some(left()?))?;
     (&stream).write_all(&bytes)
 }
 
@@ -389,6 +516,16 @@ pub fn request(state_dir: &Path, request: &ClientRequest) -> Result<ClientReply,
         ),
         _ => format!("{}: {e}", path.display()),
     })?;
+    // The socket must be the daemon's of this user, not one a command put
+    // in its place.
+    let me = rustix::process::geteuid();
+    let owner = rustix::net::sockopt::socket_peercred(&stream).map(|cred| cred.uid);
+    if owner != Ok(me) {
+        return Err(format!(
+            "{} is not served by a process of this user; not talking to it",
+            path.display()
+        ));
+    }
     stream
         .set_read_timeout(Some(CLIENT_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(CLIENT_TIMEOUT)))
@@ -399,7 +536,7 @@ pub fn request(state_dir: &Path, request: &ClientRequest) -> Result<ClientReply,
         .write_all(&bytes)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut line = String::new();
-    BufReader::new((&stream).take(1024 * 1024))
+    BufReader::new((&stream).take(MAX_REPLY_BYTES))
         .read_line(&mut line)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(line.trim_end())
@@ -431,7 +568,31 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_through_the_socket_reaches_the_waiting_command() {
+    fn an_answer_reaches_the_waiting_command_and_only_once() {
+        let approvals = Arc::new(Approvals::new(None));
+        let waiting = {
+            let approvals = Arc::clone(&approvals);
+            std::thread::spawn(move || {
+                let cancel = Cancel::new().unwrap();
+                approvals.ask(&question("ask push"), Duration::from_secs(20), &cancel)
+            })
+        };
+        let pending = loop {
+            let pending = approvals.list();
+            if !pending.is_empty() {
+                break pending;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(pending[0].rule, "ask push");
+        assert_eq!(pending[0].command, "git push");
+        approvals.decide(pending[0].id, false).unwrap();
+        assert_eq!(waiting.join().unwrap(), Answer::Denied);
+        assert!(approvals.decide(pending[0].id, true).is_err());
+    }
+
+    #[test]
+    fn the_socket_is_private_refuses_the_daemons_own_process_and_goes_when_stopped() {
         let dir = tempfile::tempdir().unwrap();
         let approvals = Arc::new(Approvals::new(None));
         let socket = ApprovalSocket::start(Arc::clone(&approvals), dir.path()).unwrap();
@@ -441,42 +602,37 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        let waiting = {
-            let approvals = Arc::clone(&approvals);
-            std::thread::spawn(move || {
-                let cancel = Cancel::new().unwrap();
-                approvals.ask(&question("ask push"), Duration::from_secs(20), &cancel)
-            })
-        };
+        // This test is the daemon's process: it gets no answer.
         let list = ClientRequest {
             list: true,
             decide: None,
             approve: None,
         };
-        let pending = loop {
-            let reply = request(dir.path(), &list).unwrap();
-            let pending = reply.pending.unwrap();
-            if !pending.is_empty() {
-                break pending;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        assert_eq!(pending[0].rule, "ask push");
-        assert_eq!(pending[0].command, "git push");
-        let decide = ClientRequest {
-            list: false,
-            decide: Some(pending[0].id),
-            approve: Some(false),
-        };
-        assert_eq!(
-            request(dir.path(), &decide).unwrap().decided,
-            Some(pending[0].id)
-        );
-        assert_eq!(waiting.join().unwrap(), Answer::Denied);
-        // A second answer finds nothing waiting.
-        assert!(request(dir.path(), &decide).unwrap().error.is_some());
+        assert!(request(dir.path(), &list).is_err());
         drop(socket);
         assert!(!dir.path().join(SOCKET_NAME).exists());
+    }
+
+    #[test]
+    fn a_long_command_is_shown_cut_and_says_so() {
+        let long = "x".repeat(MAX_SHOWN_COMMAND + 10);
+        let shown = shown_command(&long);
+        assert!(shown.ends_with("(10 more bytes; the audit record has the whole command)"));
+        assert_eq!(shown_command("ls"), "ls");
+    }
+
+    #[test]
+    fn an_answer_after_the_deadline_is_refused() {
+        let approvals = Approvals::new(None);
+        approvals.lock().pending.insert(
+            7,
+            Pending {
+                question: question("r"),
+                deadline: Instant::now(),
+                answer: None,
+            },
+        );
+        assert!(approvals.decide(7, true).is_err());
     }
 
     #[test]

@@ -113,6 +113,9 @@ impl std::fmt::Debug for Rules<'_> {
     }
 }
 
+/// The longest an `ask` waits, whatever the settings say.
+const MAX_APPROVAL_WAIT: Duration = Duration::from_secs(86_400);
+
 /// `details.reason` of a command the local rules refused.
 pub const LOCAL_POLICY_DENIED: &str = "local_policy_denied";
 /// `details.reason` of a command the user denied.
@@ -327,8 +330,8 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     // The local rules, before anything is prepared for the command. An
     // `ask` waits here, holding the command's slot, and the wait comes off
     // the command's own time.
-    let waited = match apply_rules(ctx, req, &program, &mut record) {
-        Ok(waited) => waited,
+    let (waited, words) = match apply_rules(ctx, req, &program, &mut record) {
+        Ok(applied) => applied,
         Err(outcome) => return *outcome,
     };
     let host = ctx
@@ -367,8 +370,15 @@ pub fn execute(ctx: &ExecContext<'_>, req: &ExecuteCommand) -> CommandOutcome {
     };
     record.env_keys = env::keys(child_env.keys().map(OsString::as_os_str));
 
-    // Steps 9 and 9a.
+    // Steps 9 and 9a. With rules in force, a shell string that is only
+    // words runs as those words, without a shell: what the rules matched
+    // is exactly what runs.
     let argv: Vec<OsString> = match program {
+        Program::Shell(_) if words.is_some() => words
+            .unwrap_or_default()
+            .into_iter()
+            .map(OsString::from)
+            .collect(),
         Program::Shell(command) => {
             let path = ctx
                 .host_env
@@ -564,18 +574,19 @@ impl Record<'_> {
 }
 
 /// Decides the command by the local rules (none configured: allowed
-/// without a record). Returns how long an `ask` waited for the user; a
-/// refusal, a denial, a timeout or a cancellation while waiting is the
-/// command's finished outcome, and it never spawns.
+/// without a record). Returns how long an `ask` waited for the user and,
+/// for a shell string that is only words, the words to run without a
+/// shell; a refusal, a denial, a timeout or a cancellation while waiting
+/// is the command's finished outcome, and it never spawns.
 fn apply_rules(
     ctx: &ExecContext<'_>,
     req: &ExecuteCommand,
     program: &Program<'_>,
     record: &mut Record<'_>,
-) -> Result<Duration, Box<CommandOutcome>> {
+) -> Result<(Duration, Option<Vec<String>>), Box<CommandOutcome>> {
     let policy = ctx.rules.policy;
     if !policy.is_active() {
-        return Ok(Duration::ZERO);
+        return Ok((Duration::ZERO, None));
     }
     let request = match program {
         Program::Shell(command) => policy::Request::Shell {
@@ -585,6 +596,7 @@ fn apply_rules(
         Program::Argv(argv) => policy::Request::Argv(argv),
     };
     let verdict = policy.decide(request, &req.env, &record.cwd);
+    let words = verdict.words;
     let rule = verdict.rule;
     let mut decision = json!({"rule": rule, "action": verdict.action.as_str()});
     let refused = |record: &mut Record<'_>, decision: Value, reason, message: String| {
@@ -598,7 +610,7 @@ fn apply_rules(
     match verdict.action {
         policy::Action::Allow => {
             record.policy = Some(decision);
-            Ok(Duration::ZERO)
+            Ok((Duration::ZERO, words))
         }
         policy::Action::Deny => Err(refused(
             record,
@@ -612,9 +624,14 @@ fn apply_rules(
             // time to reach the platform before its deadline.
             let own_time = Duration::from_secs(record.timeout_seconds).saturating_sub(MIN_RUN);
             let mut wait = ctx.rules.approval_timeout.min(own_time);
+            // Twice the least run: an approval at the last moment still
+            // leaves the command its least run after it is prepared.
             if let Some(by) = ctx.platform_deadline.and_then(|d| d.result_by()) {
-                wait = wait.min(by.saturating_duration_since(asked + MIN_RUN));
+                wait = wait.min(by.saturating_duration_since(asked + 2 * MIN_RUN));
             }
+            // Nobody waits a day at a terminal; and an `Instant` cannot be
+            // pushed past what it can represent.
+            wait = wait.min(MAX_APPROVAL_WAIT);
             let question = policy::Question {
                 session_id: ctx.rules.session_id.to_owned(),
                 command: match program {
@@ -634,7 +651,7 @@ fn apply_rules(
             match answer {
                 policy::Answer::Approved => {
                     record.policy = Some(decision);
-                    Ok(waited)
+                    Ok((waited, words))
                 }
                 policy::Answer::Denied => Err(refused(
                     record,

@@ -41,22 +41,20 @@ const MAX_RULES: usize = 1000;
 const MAX_PATTERN_CHARS: usize = 1024;
 const MAX_NAME_CHARS: usize = 64;
 
-/// Environment variables that change which program runs or how a shell
-/// reads the line: a request that sets one is decided as shell syntax.
-const STEERING_VARS: [&str; 13] = [
-    "PATH",
-    "BASH_ENV",
-    "ENV",
-    "IFS",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "CDPATH",
-    "GLOBIGNORE",
-    "PS4",
-    "ZDOTDIR",
-    "PROMPT_COMMAND",
-    "EXECIGNORE",
-    "FPATH",
+/// The only variables a request may set without its command being decided
+/// as shell syntax: any other can change which program runs or what it
+/// loads (`PATH`, `BASH_ENV`, `HOME` with a shell's or git's startup files,
+/// `LD_*`, `GCONV_PATH`, `GIT_SSH_COMMAND`, `PAGER`, …), and no list of
+/// those could be complete. `LC_*` are allowed too.
+const PLAIN_VARS: [&str; 8] = [
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "NO_COLOR",
+    "COLUMNS",
+    "LINES",
+    "PYTHONIOENCODING",
 ];
 
 /// What a rule, the default or the shell-syntax setting says.
@@ -174,6 +172,11 @@ pub fn quote_argv(argv: &[String]) -> String {
 pub struct Verdict {
     /// The decision.
     pub action: Action,
+    /// For a shell string that is only words, those words: with rules in
+    /// force they are run as they are, without a shell, so that what the
+    /// rules matched is exactly what runs (a shell would still give
+    /// builtins such as `printf -v` or zsh's `repeat` their own meaning).
+    pub words: Option<Vec<String>>,
     /// The deciding rule's name, or [`DEFAULT_RULE`], [`SHELL_SYNTAX_RULE`]
     /// or [`MATCH_LIMIT_RULE`].
     pub rule: String,
@@ -317,20 +320,22 @@ impl Policy {
             return Verdict {
                 action: Action::Allow,
                 rule: DEFAULT_RULE.to_owned(),
+                words: None,
             };
         }
         let syntax = || Verdict {
             action: self.shell_syntax,
             rule: SHELL_SYNTAX_RULE.to_owned(),
+            words: None,
         };
         if env.keys().any(|name| steers(name)) {
             return syntax();
         }
-        let words: Vec<String> = match request {
-            Request::Argv(argv) => argv.to_vec(),
+        let (words, split) = match request {
+            Request::Argv(argv) => (argv.to_vec(), false),
             Request::Shell { shell, command } => match shell {
                 Shell::Auto | Shell::Bash | Shell::Sh | Shell::Zsh => match split_words(command) {
-                    Some(words) if !words.is_empty() => words,
+                    Some(words) if !words.is_empty() => (words, true),
                     _ => return syntax(),
                 },
                 // Other shells' syntax is not read here at all.
@@ -340,35 +345,53 @@ impl Policy {
         let Some((program, args)) = words.split_first() else {
             return syntax();
         };
+        // A path with `.`, `..` or empty components names its file in more
+        // than one way; patterns could not tell which file it is.
+        if program.contains('/') && !is_plain_path(program) {
+            return syntax();
+        }
         let mut budget = Budget(MATCH_BUDGET);
+        let mut decided = None;
         for rule in &self.rules {
             match rule.matches(program, args, cwd, &mut budget) {
                 Some(true) => {
-                    return Verdict {
-                        action: rule.action,
-                        rule: rule.name.clone(),
-                    };
+                    decided = Some((rule.action, rule.name.clone()));
+                    break;
                 }
                 Some(false) => {}
                 None => {
                     return Verdict {
                         action: Action::Deny,
                         rule: MATCH_LIMIT_RULE.to_owned(),
+                        words: None,
                     };
                 }
             }
         }
+        let (action, rule) = decided.unwrap_or((self.default, DEFAULT_RULE.to_owned()));
         Verdict {
-            action: self.default,
-            rule: DEFAULT_RULE.to_owned(),
+            action,
+            rule,
+            words: split.then_some(words),
         }
     }
 }
 
-/// Whether setting `name` changes which program runs or how the line is
-/// read (exported shell functions and loader variables included).
+/// Whether `path` has no `.`, `..` or empty component (a leading `/` or
+/// `./` aside).
+fn is_plain_path(path: &str) -> bool {
+    let relative = path.strip_prefix("./").unwrap_or(path);
+    relative
+        .strip_prefix('/')
+        .unwrap_or(relative)
+        .split('/')
+        .all(|part| !part.is_empty() && part != "." && part != "..")
+}
+
+/// Whether a request setting `name` may change which program runs or what
+/// it loads (anything but [`PLAIN_VARS`] and `LC_*`).
 fn steers(name: &str) -> bool {
-    STEERING_VARS.contains(&name) || name.starts_with("BASH_FUNC_") || name.starts_with("LD_")
+    !(PLAIN_VARS.contains(&name) || name.starts_with("LC_"))
 }
 
 impl Rule {
@@ -437,9 +460,19 @@ impl Rule {
         budget: &mut Budget,
     ) -> Option<bool> {
         if let Some(pattern) = &self.program {
-            // A name pattern matches a name looked up on PATH, never a
-            // path: a rule for `git` says nothing about `./git`.
-            if pattern.has_slash != program.contains('/') || !pattern.matches(program, budget)? {
+            let fits = match (pattern.has_slash, program.rsplit_once('/')) {
+                (true, Some(_)) => pattern.matches(program, budget)?,
+                (false, None) => pattern.matches(program, budget)?,
+                // A name pattern never allows a path: an allow rule for
+                // `git` says nothing about `./git`. But a rule that refuses
+                // or asks about `git` also holds for `/usr/bin/git` and
+                // `./git`, so a path does not dodge it.
+                (false, Some((_, name))) => {
+                    self.action != Action::Allow && pattern.matches(name, budget)?
+                }
+                (true, None) => false,
+            };
+            if !fits {
                 return Some(false);
             }
         }
@@ -529,7 +562,10 @@ impl Glob {
         let mut has_slash = false;
         while let Some(c) = chars.next() {
             let token = match c {
-                '\\' => Token::Char(chars.next().ok_or("ends with a lone backslash")?),
+                '\\' => match chars.next().ok_or("ends with a lone backslash")? {
+                    '/' => return Err("escapes a /, which is always literal".into()),
+                    c => Token::Char(c),
+                },
                 '?' => Token::One,
                 '*' if slashes && chars.peek() == Some(&'*') => {
                     chars.next();
@@ -732,7 +768,9 @@ pub fn split_words(line: &str) -> Option<Vec<String>> {
             }
             '|' | '&' | ';' | '<' | '>' | '(' | ')' | '\n' | '\r' | '$' | '`' | '*' | '?' | '['
             | ']' => return None,
-            '~' | '#' | '=' if !started => return None,
+            // `~` expands at the start of a word and after `=` or `:`.
+            '~' => return None,
+            '#' | '=' if !started => return None,
             '{' | '}' => {
                 started = true;
                 braces = true;
@@ -874,10 +912,30 @@ mod tests {
         assert_eq!(decide_argv(&p, &["/tmp/git"]).1, DEFAULT_RULE);
         assert_eq!(decide_argv(&p, &["/usr/bin/ls"]).1, "usr bin");
         // A single star does not cross a directory.
-        assert_eq!(
-            decide_argv(&p, &["/usr/bin/x/../../../tmp/evil"]).1,
-            DEFAULT_RULE
+        assert_eq!(decide_argv(&p, &["/usr/bin/x/y"]).1, DEFAULT_RULE);
+        // A path that names its file in more than one way is shell syntax.
+        for path in [
+            "/usr/bin/../../tmp/evil",
+            "/usr//bin/ls",
+            "/usr/./bin/ls",
+            "././x",
+        ] {
+            assert_eq!(decide_argv(&p, &[path]).1, SHELL_SYNTAX_RULE, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_rule_that_refuses_a_name_also_holds_for_its_paths() {
+        let p = policy(
+            json!([{"name": "no rm", "program": "rm", "action": "deny"},
+                   {"name": "ask git", "program": "git", "action": "ask"}]),
+            None,
+            None,
         );
+        assert_eq!(decide_argv(&p, &["/bin/rm", "x"]).1, "no rm");
+        assert_eq!(decide_argv(&p, &["tools/rm", "x"]).1, "no rm");
+        assert_eq!(decide_argv(&p, &["/usr/bin/git"]).0, Action::Ask);
+        assert_eq!(decide_argv(&p, &["/usr/bin/rmdir"]).1, DEFAULT_RULE);
     }
 
     #[test]
@@ -922,6 +980,8 @@ mod tests {
             "ls \"$HOME\"",
             "ls *",
             "ls ~",
+            "dd if=~/x",
+            "ls a:~/b",
             "ls {a,b}",
             "X=1 ls",
             "ls\nrm x",
@@ -951,22 +1011,59 @@ mod tests {
             None,
             Some("deny"),
         );
-        for name in ["PATH", "BASH_ENV", "LD_PRELOAD", "BASH_FUNC_ls%%", "IFS"] {
+        for name in [
+            "PATH",
+            "BASH_ENV",
+            "LD_PRELOAD",
+            "BASH_FUNC_ls%%",
+            "IFS",
+            "HOME",
+            "GCONV_PATH",
+            "GIT_SSH_COMMAND",
+            "PAGER",
+            "ZDOTDIR",
+        ] {
             let env = BTreeMap::from([(name.to_owned(), "x".to_owned())]);
             let words = argv(&["ls"]);
             let v = p.decide(Request::Argv(&words), &env, "/work/ws");
             assert_eq!(
-                v,
-                Verdict {
-                    action: Action::Deny,
-                    rule: SHELL_SYNTAX_RULE.into()
-                },
+                (v.action, v.rule.as_str()),
+                (Action::Deny, SHELL_SYNTAX_RULE),
                 "{name}"
             );
         }
-        let env = BTreeMap::from([("LANG".to_owned(), "C".to_owned())]);
+        let env = BTreeMap::from([
+            ("LANG".to_owned(), "C".to_owned()),
+            ("LC_ALL".to_owned(), "C".to_owned()),
+            ("TZ".to_owned(), "UTC".to_owned()),
+        ]);
         let words = argv(&["ls"]);
         assert_eq!(p.decide(Request::Argv(&words), &env, "/w").rule, "ls");
+    }
+
+    #[test]
+    fn a_shell_string_of_words_comes_back_as_the_words_to_run_without_a_shell() {
+        let p = policy(
+            json!([{"name": "printf", "program": "printf", "action": "allow"}]),
+            None,
+            None,
+        );
+        let v = p.decide(
+            Request::Shell {
+                shell: Shell::Bash,
+                command: "printf -v 'a[x]' y",
+            },
+            &BTreeMap::new(),
+            "/w",
+        );
+        assert_eq!(v.rule, "printf");
+        assert_eq!(v.words, Some(argv(&["printf", "-v", "a[x]", "y"])));
+        let words = argv(&["printf", "x"]);
+        assert_eq!(
+            p.decide(Request::Argv(&words), &BTreeMap::new(), "/w")
+                .words,
+            None
+        );
     }
 
     #[test]
@@ -998,11 +1095,8 @@ mod tests {
         let words = vec!["x".to_owned(), long];
         let v = p.decide(Request::Argv(&words), &BTreeMap::new(), "/w");
         assert_eq!(
-            v,
-            Verdict {
-                action: Action::Deny,
-                rule: MATCH_LIMIT_RULE.into()
-            }
+            (v.action, v.rule.as_str()),
+            (Action::Deny, MATCH_LIMIT_RULE)
         );
     }
 
@@ -1020,6 +1114,10 @@ mod tests {
         );
         assert!(bad(json!([{"name": "default", "action": "allow"}])).contains("reserved"));
         assert!(bad(json!([{"name": "x", "action": "allow", "cwd": "ws"}])).contains("absolute"));
+        assert!(
+            bad(json!([{"name": "x", "action": "allow", "program": "a\\/b"}]))
+                .contains("escapes a /")
+        );
         assert!(bad(json!({"name": "x"})).contains("array of tables"));
         assert!(
             Policy::from_settings(None, Some("never"), None)
