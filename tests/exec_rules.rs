@@ -27,6 +27,11 @@ fn config(home: &Home, text: &str) -> PathBuf {
 
 /// A shim with the shell on, reading `config`, connected with `ack`.
 fn shim_with(home: &Home, config: &Path, ack: HelloAck) -> (Shim, Conn) {
+    shim_with_env(home, config, ack, &[])
+}
+
+/// [`shim_with`] with `env` added to the shim's environment.
+fn shim_with_env(home: &Home, config: &Path, ack: HelloAck, env: &[(&str, &str)]) -> (Shim, Conn) {
     let emulator = emulator();
     let mut args = platform_args(&emulator);
     args.extend(
@@ -140,7 +145,7 @@ fn every_rule_kind_decides_through_the_wire_and_a_refused_command_never_spawns()
     assert_eq!(r["payload"]["stdout"], "allowed\n", "{r}");
     assert_eq!(
         record_of(&home, &id)["details"]["policy"],
-        json!({"rule": "default", "action": "allow"})
+        json!({"rule": "default", "action": "allow", "without_shell": true})
     );
 
     // "No argument matches": plain rm is allowed, recursive rm is not.
@@ -413,11 +418,11 @@ fn a_command_cannot_answer_its_own_question() {
     let script = format!(
         "import socket\n\
          s = socket.socket(socket.AF_UNIX)\n\
-         s.connect({path:?})\n\
-         s.sendall(b'{{\"decide\": {number}, \"approve\": true}}\\n')\n\
          try:\n\
+         \x20   s.connect({path:?})\n\
+         \x20   s.sendall(b'{{\"decide\": {number}, \"approve\": true}}\\n')\n\
          \x20   print(s.recv(200) or 'closed')\n\
-         except ConnectionResetError:\n\
+         except OSError:\n\
          \x20   print('closed')",
         path = socket.to_str().unwrap()
     );

@@ -636,6 +636,75 @@ mod tests {
     }
 
     #[test]
+    fn a_question_sends_a_desktop_notification_on_the_session_bus() {
+        use std::process::{Command, Stdio};
+        // A private session bus with a monitor of the notification
+        // interface: nothing of the machine's own desktop is involved. No
+        // notification server runs on it, so notify-send stops at asking
+        // for one; that it asks, on this bus, is what is checked here.
+        let mut bus = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon (package dbus) is needed");
+        let mut address = String::new();
+        BufReader::new(bus.stdout.take().unwrap())
+            .read_line(&mut address)
+            .unwrap();
+        let address = address.trim().to_owned();
+        let mut monitor = Command::new("dbus-monitor")
+            .args([
+                "--address",
+                &address,
+                "interface='org.freedesktop.Notifications'",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-monitor is needed");
+        let seen = Arc::new(Mutex::new(String::new()));
+        {
+            let seen = Arc::clone(&seen);
+            let out = monitor.stdout.take().unwrap();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    seen.lock().unwrap().push_str(&line);
+                    seen.lock().unwrap().push('\n');
+                }
+            });
+        }
+        // Let the monitor subscribe before anything is sent.
+        std::thread::sleep(Duration::from_millis(300));
+        let program = crate::exec::which(
+            "notify-send",
+            Some(std::ffi::OsStr::new("/usr/local/bin:/usr/bin:/bin")),
+        )
+        .expect("notify-send (package libnotify-bin) is needed");
+        let env = vec![("DBUS_SESSION_BUS_ADDRESS".to_owned(), address.clone())];
+        let approvals = Approvals::new(Some((program, env)));
+        let cancel = Cancel::new().unwrap();
+        let answer = approvals.ask(&question("ask push"), Duration::from_millis(200), &cancel);
+        assert_eq!(answer, Answer::TimedOut);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = seen.lock().unwrap().clone();
+            if text.contains("destination=org.freedesktop.Notifications") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no notification was sent: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = monitor.kill();
+        let _ = monitor.wait();
+        let _ = bus.kill();
+        let _ = bus.wait();
+    }
+
+    #[test]
     fn a_cancelled_command_stops_waiting() {
         let approvals = Approvals::new(None);
         let cancel = Cancel::new().unwrap();

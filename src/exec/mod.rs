@@ -599,6 +599,10 @@ fn apply_rules(
     let words = verdict.words;
     let rule = verdict.rule;
     let mut decision = json!({"rule": rule, "action": verdict.action.as_str()});
+    if words.is_some() {
+        // The record keeps the string as sent; this says no shell read it.
+        decision["without_shell"] = json!(true);
+    }
     let refused = |record: &mut Record<'_>, decision: Value, reason, message: String| {
         record.policy = Some(decision);
         Box::new(record.fail(ExecError::Refused {
