@@ -27,11 +27,6 @@ fn config(home: &Home, text: &str) -> PathBuf {
 
 /// A shim with the shell on, reading `config`, connected with `ack`.
 fn shim_with(home: &Home, config: &Path, ack: HelloAck) -> (Shim, Conn) {
-    shim_with_env(home, config, ack, &[])
-}
-
-/// [`shim_with`] with `env` added to the shim's environment.
-fn shim_with_env(home: &Home, config: &Path, ack: HelloAck, env: &[(&str, &str)]) -> (Shim, Conn) {
     let emulator = emulator();
     let mut args = platform_args(&emulator);
     args.extend(
