@@ -233,7 +233,7 @@ fn loopback_up() -> io::Result<()> {
     request.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as i16;
     // SAFETY: SIOCSIFFLAGS reads one `ifreq`, which `request` is, valid
     // for the duration of the call.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &request) };
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &request) };
     let result = if rc != 0 {
         Err(io::Error::last_os_error())
     } else {
