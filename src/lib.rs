@@ -64,6 +64,9 @@ pub mod exec;
 pub mod exit;
 #[forbid(unsafe_code)]
 pub mod files;
+/// Hand-offs between threads that park without spinning.
+#[forbid(unsafe_code)]
+pub(crate) mod handoff;
 #[forbid(unsafe_code)]
 pub mod hardware;
 #[forbid(unsafe_code)]

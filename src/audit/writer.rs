@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use rustix::fs::{FlockOperation, Mode, OFlags, RenameFlags};
 use serde_json::{Value, json};
 
@@ -30,6 +29,7 @@ use super::canonical::{CanonError, canonical};
 use super::cap::cap_details;
 use super::files::last_complete_line;
 use super::record::{AuditKey, Details, Outcome, Record};
+use crate::handoff::{self, Fill, Receiver, Sender, Wait};
 use crate::protocol::json::parse_strict_for_audit;
 
 /// Size at which the current file is rotated before the next write (64 MiB).
@@ -191,7 +191,7 @@ pub struct Durable {
 
 /// A submitted record; [`Ticket::wait`] returns once it is durable.
 #[derive(Debug)]
-pub struct Ticket(Receiver<Result<Durable, AuditError>>);
+pub struct Ticket(Wait<Result<Durable, AuditError>>);
 
 impl Ticket {
     /// Blocks until the record is durable (or failed).
@@ -258,8 +258,8 @@ impl WriterOptions {
 }
 
 enum Request {
-    Record(Entry, Sender<Result<Durable, AuditError>>),
-    Rotate(RotateReason, Sender<Result<Option<PathBuf>, AuditError>>),
+    Record(Entry, Fill<Result<Durable, AuditError>>),
+    Rotate(RotateReason, Fill<Result<Option<PathBuf>, AuditError>>),
 }
 
 #[derive(Debug, Default)]
@@ -311,7 +311,7 @@ impl AuditLog {
     ) -> Result<(AuditLog, WriterThread), AuditError> {
         let mut state = State::open(options, key)?;
         let rotated_at_open = state.rotated_at_open.take();
-        let (tx, rx) = unbounded();
+        let (tx, rx) = handoff::queue();
         let health = Arc::new(Health::default());
         let thread_health = health.clone();
         let handle = std::thread::Builder::new()
@@ -352,11 +352,11 @@ impl AuditLog {
     /// (the writer's own `AUDIT_ROTATED` holds only file names and numbers).
     pub fn submit(&self, mut entry: Entry) -> Ticket {
         entry.details = cap_details(std::mem::take(&mut entry.details));
-        let (reply, rx) = bounded(1);
+        let (reply, rx) = handoff::oneshot();
         if !self.is_healthy() {
-            let _ = reply.send(Err(AuditError::Unhealthy(self.health.reason())));
-        } else if self.tx.send(Request::Record(entry, reply.clone())).is_err() {
-            let _ = reply.send(Err(AuditError::Closed));
+            reply.send(Err(AuditError::Unhealthy(self.health.reason())));
+        } else if let Err(Request::Record(_, reply)) = self.tx.send(Request::Record(entry, reply)) {
+            reply.send(Err(AuditError::Closed));
         }
         Ticket(rx)
     }
@@ -368,7 +368,7 @@ impl AuditLog {
 
     /// Rotates now; `Ok(None)` when the current file is empty.
     pub fn rotate(&self, reason: RotateReason) -> Result<Option<PathBuf>, AuditError> {
-        let (reply, rx) = bounded(1);
+        let (reply, rx) = handoff::oneshot();
         self.tx
             .send(Request::Rotate(reason, reply))
             .map_err(|_| AuditError::Closed)?;
@@ -406,8 +406,8 @@ impl SessionAudit {
     pub fn submit(&self, mut entry: Entry) -> Ticket {
         match &entry.session_id {
             Some(s) if *s != self.session_id => {
-                let (reply, rx) = bounded(1);
-                let _ = reply.send(Err(AuditError::CrossSession));
+                let (reply, rx) = handoff::oneshot();
+                reply.send(Err(AuditError::CrossSession));
                 return Ticket(rx);
             }
             _ => entry.session_id = Some(self.session_id.clone()),
@@ -620,20 +620,14 @@ impl State {
     }
 
     fn run(mut self, rx: &Receiver<Request>, health: &Health) {
-        while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
-            while batch.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
-            self.handle_batch(batch, health);
+        let mut batch = Vec::with_capacity(MAX_GROUP);
+        while rx.recv_many(&mut batch, MAX_GROUP) {
+            self.handle_batch(batch.drain(..), health);
         }
     }
 
-    fn handle_batch(&mut self, batch: Vec<Request>, health: &Health) {
-        let mut pending: Vec<(Durable, Sender<Result<Durable, AuditError>>)> = Vec::new();
+    fn handle_batch(&mut self, batch: impl Iterator<Item = Request>, health: &Health) {
+        let mut pending: Vec<(Durable, Fill<Result<Durable, AuditError>>)> = Vec::new();
         let mut buffer: Vec<u8> = Vec::new();
         let mut staged = self.chain.clone();
         for request in batch {
@@ -651,20 +645,20 @@ impl State {
                             .inspect_err(|e| fail_if_write(e, health))
                     };
                     staged = self.chain.clone();
-                    let _ = reply.send(result);
+                    reply.send(result);
                 }
                 Request::Record(entry, reply) => {
                     if let Some(reason) = self.rotation_due(buffer.len() as u64) {
                         self.commit(&mut buffer, &mut pending, &staged, health);
                         if health.failed.load(Ordering::SeqCst) {
-                            let _ = reply.send(Err(AuditError::Unhealthy(health.reason())));
+                            reply.send(Err(AuditError::Unhealthy(health.reason())));
                             continue;
                         }
                         match self.rotate(reason, false) {
                             Ok(_) => {}
                             Err(e @ AuditError::WriteFailed(_)) => {
                                 fail_if_write(&e, health);
-                                let _ = reply.send(Err(e));
+                                reply.send(Err(e));
                                 continue;
                             }
                             // A refused rename keeps the old file and chain.
@@ -679,7 +673,7 @@ impl State {
                             pending.push((durable, reply));
                         }
                         Err(e) => {
-                            let _ = reply.send(Err(e));
+                            reply.send(Err(e));
                         }
                     }
                 }
@@ -736,7 +730,7 @@ impl State {
     fn commit(
         &mut self,
         buffer: &mut Vec<u8>,
-        pending: &mut Vec<(Durable, Sender<Result<Durable, AuditError>>)>,
+        pending: &mut Vec<(Durable, Fill<Result<Durable, AuditError>>)>,
         staged: &Chain,
         health: &Health,
     ) {
@@ -747,15 +741,18 @@ impl State {
         match result {
             Ok(()) => {
                 self.chain = staged.clone();
-                self.write_anchor();
+                // The anchor may lag the log but never lead it, so the
+                // callers are released first: their replies do not wait
+                // for a file the sync does not depend on.
                 for (durable, reply) in pending.drain(..) {
-                    let _ = reply.send(Ok(durable));
+                    reply.send(Ok(durable));
                 }
+                self.write_anchor();
             }
             Err(why) => {
                 health.fail(&why);
                 for (_, reply) in pending.drain(..) {
-                    let _ = reply.send(Err(AuditError::WriteFailed(why.clone())));
+                    reply.send(Err(AuditError::WriteFailed(why.clone())));
                 }
             }
         }
@@ -775,6 +772,19 @@ impl State {
     /// Replaces the anchor (AUDIT.md §4). It vouches only for records
     /// already synced, so it needs no sync of its own: after a crash it may
     /// lag behind the log, never run ahead of it.
+    ///
+    /// The new line is written into the spare file `.<name>.anchor.tmp`,
+    /// which then trades places with the anchor in one atomic exchange, so
+    /// a reader always finds a whole anchor under the anchor's name and the
+    /// previous anchor becomes the next spare. Creating a file and renaming
+    /// it over the anchor after every sync cost more than the sync itself
+    /// (an inode allocated and one freed each time, with the filesystem's
+    /// flush-on-replace and block discards). The spare is rewritten in place
+    /// only when the new line has its exact length, so a crash before the
+    /// spare's data reaches the disk leaves it holding an older whole
+    /// anchor: one that lags, never a torn one. A line of another length
+    /// (the seq gains a digit, the first anchor) takes the slow path, a new
+    /// file renamed over the anchor.
     fn write_anchor(&mut self) {
         let Some(hmac) = self.chain.prev.clone() else {
             return;
@@ -784,22 +794,93 @@ impl State {
             seq: self.chain.seq - 1,
             hmac,
         };
+        let line = anchor.to_line(&self.key);
         let tmp = format!(".{}.anchor.tmp", self.name);
         let target = format!("{}.anchor", self.name);
-        let written = rustix::fs::openat(
-            &self.dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(io::Error::from)
-        .and_then(|fd| File::from(fd).write_all(anchor.to_line(&self.key).as_bytes()))
-        .and_then(|()| {
-            rustix::fs::renameat(&self.dir, tmp.as_str(), &self.dir, target.as_str())
-                .map_err(io::Error::from)
-        });
+        let written = match self.exchange_anchor(&tmp, &target, line.as_bytes()) {
+            Ok(true) => Ok(()),
+            Ok(false) => self.replace_anchor(&tmp, &target, line.as_bytes()),
+            Err(e) => Err(e),
+        };
         if let Err(e) = written {
             (self.options.warn)(&format!("could not update the audit tail anchor: {e}"));
+        }
+    }
+
+    /// The fast path of [`State::write_anchor`]: false when there is no
+    /// spare of the line's length or no anchor to trade places with.
+    fn exchange_anchor(&self, tmp: &str, target: &str, line: &[u8]) -> io::Result<bool> {
+        let spare = match rustix::fs::openat(
+            &self.dir,
+            tmp,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // None yet, or something else under its name (a link): the
+            // slow path replaces it.
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let st = rustix::fs::fstat(&spare)?;
+        // Only a file that is ours alone is written through: never one with
+        // another name (a hard link) or loosened permissions, which would
+        // become the anchor's.
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            || st.st_nlink != 1
+            || st.st_uid != rustix::process::geteuid().as_raw()
+            || st.st_mode & 0o077 != 0
+            || u64::try_from(st.st_size).ok() != Some(line.len() as u64)
+        {
+            return Ok(false);
+        }
+        if rustix::io::pwrite(&spare, line, 0)? != line.len() {
+            return Ok(false);
+        }
+        drop(spare);
+        match rustix::fs::renameat_with(&self.dir, tmp, &self.dir, target, RenameFlags::EXCHANGE) {
+            Ok(()) => Ok(true),
+            // No anchor yet, or a filesystem without the exchange.
+            Err(
+                rustix::io::Errno::NOENT
+                | rustix::io::Errno::INVAL
+                | rustix::io::Errno::NOSYS
+                | rustix::io::Errno::OPNOTSUPP,
+            ) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The slow path of [`State::write_anchor`]: a new spare, synced so
+    /// that it is whole on disk before its name can change, trades places
+    /// with the anchor (or becomes it, the first time). The old anchor is
+    /// the next spare.
+    fn replace_anchor(&self, tmp: &str, target: &str, line: &[u8]) -> io::Result<()> {
+        // A spare of another length (or another kind of file under its
+        // name) is not written through; it is replaced.
+        match rustix::fs::unlinkat(&self.dir, tmp, rustix::fs::AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let fd = rustix::fs::openat(
+            &self.dir,
+            tmp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut file = File::from(fd);
+        file.write_all(line)?;
+        rustix::fs::fdatasync(&file)?;
+        drop(file);
+        match rustix::fs::renameat_with(&self.dir, tmp, &self.dir, target, RenameFlags::EXCHANGE) {
+            Ok(()) => Ok(()),
+            Err(
+                rustix::io::Errno::NOENT
+                | rustix::io::Errno::INVAL
+                | rustix::io::Errno::NOSYS
+                | rustix::io::Errno::OPNOTSUPP,
+            ) => Ok(rustix::fs::renameat(&self.dir, tmp, &self.dir, target)?),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -897,10 +978,10 @@ enum Recovered {
 fn refuse(request: Request, reason: &str) {
     match request {
         Request::Record(_, reply) => {
-            let _ = reply.send(Err(AuditError::Unhealthy(reason.to_owned())));
+            reply.send(Err(AuditError::Unhealthy(reason.to_owned())));
         }
         Request::Rotate(_, reply) => {
-            let _ = reply.send(Err(AuditError::Unhealthy(reason.to_owned())));
+            reply.send(Err(AuditError::Unhealthy(reason.to_owned())));
         }
     }
 }

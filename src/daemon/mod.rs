@@ -18,6 +18,7 @@ pub(crate) mod features;
 pub(crate) mod handlers;
 pub(crate) mod handshake;
 mod link;
+mod outbox;
 pub(crate) mod pool;
 pub(crate) mod refusal;
 pub(crate) mod runtime;

@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crossbeam_channel::{Sender, unbounded};
+use crate::handoff::{self, Sender};
 
 /// A unit of work.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -29,13 +29,15 @@ pub struct WorkerThreads {
 impl WorkerThreads {
     /// Starts `workers` threads.
     pub fn new(workers: usize) -> std::io::Result<WorkerThreads> {
-        let (tx, rx) = unbounded::<Job>();
+        // Workers park at once when idle (see `handoff`): ten threads
+        // spinning between requests cost more CPU than the requests.
+        let (tx, rx) = handoff::queue::<Job>();
         for n in 0..workers {
             let rx = rx.clone();
             std::thread::Builder::new()
                 .name(format!("worker-{n}"))
                 .spawn(move || {
-                    while let Ok(job) = rx.recv() {
+                    while let Some(job) = rx.recv() {
                         job();
                     }
                 })?;

@@ -5,7 +5,7 @@
 //!
 //! Threads: the caller's thread reads; one writer thread per connection
 //! sends, taking PONGs before anything else so no worker can delay them,
-//! then command results, then the other responses (see [`Lanes`]);
+//! then command results, then the other responses (see [`Lane`]);
 //! workers come from the daemon's pool, and a running command gets a thread
 //! of its own so that it never holds a worker. A command meets the
 //! machine-wide command limits as it is admitted, on the reader: it is
@@ -26,13 +26,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded, select};
 use rustix::process::Pid;
 use serde_json::json;
 
 use super::backlog::{Backlog, ByteBudget, Held};
 use super::capacity::{Admitted, MachineWorkPool, Overloaded, RequestSlots};
 use super::handlers::{self, CommandEntry, CommandGate};
+use super::outbox::{Lane, Next, Outbox};
 use super::pool::{self, Job, WorkerThreads};
 use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
 use crate::exec::{Cancel, ExecContext, PlatformDeadline, Spawner};
@@ -337,10 +337,8 @@ struct Shared {
     slots: RequestSlots,
     /// Bytes of this connection's frames not yet handed to the socket.
     backlog: Backlog,
-    /// Frames for the writer, by lane (see [`Lanes`]).
-    tx: Sender<Out>,
-    priority: Sender<Out>,
-    urgent: Sender<Out>,
+    /// Frames for the writer, by lane (see [`Lane`]).
+    outbox: Outbox<Out>,
     leftovers: Mutex<Vec<Pid>>,
     audit_failed: AtomicBool,
     /// Why the connection can no longer answer, once it cannot: the writer
@@ -390,14 +388,6 @@ pub fn serve(
     // When either is full, an answer the reader makes on its own (PONG,
     // invalid-frame ERROR, SHIM_OVERLOADED) ends the connection instead and
     // the periodic STATUS is dropped; a worker's response waits for room.
-    let (tx, normal) = bounded(OUT_QUEUE);
-    let (priority, priority_rx) = bounded(OUT_QUEUE);
-    let (urgent, urgent_rx) = bounded(OUT_QUEUE);
-    let lanes = Lanes {
-        priority: priority_rx,
-        urgent: urgent_rx,
-        normal,
-    };
     let cancel = match Cancel::new() {
         Ok(c) => c,
         Err(e) => return End::Failed(format!("cannot create the cancellation token: {e}")),
@@ -411,9 +401,7 @@ pub fn serve(
         cancel,
         slots: RequestSlots::new(max_concurrent),
         backlog,
-        tx,
-        priority,
-        urgent,
+        outbox: Outbox::new(OUT_QUEUE),
         leftovers: Mutex::new(Vec::new()),
         audit_failed: AtomicBool::new(false),
         send_failed: OnceLock::new(),
@@ -425,7 +413,7 @@ pub fn serve(
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("ws-writer".into())
-            .spawn(move || write_loop(&shared, outbound, &lanes))
+            .spawn(move || write_loop(&shared, outbound))
     };
     let end = match writer {
         Ok(_) => read_loop(&shared, pool, &mut inbound, stop),
@@ -453,13 +441,17 @@ pub fn serve(
     }
     match &end {
         End::Revoked { .. } => {
-            let _ = shared.priority.send(Out::Close(4428, "session_revoked"));
+            let _ = shared
+                .outbox
+                .send(Lane::Priority, Out::Close(4428, "session_revoked"));
         }
         End::Stopped | End::AuditFailed => {
-            let _ = shared.priority.send(Out::Close(1000, "shutdown"));
+            let _ = shared
+                .outbox
+                .send(Lane::Priority, Out::Close(1000, "shutdown"));
         }
         End::Closed(_) | End::Failed(_) => {
-            let _ = shared.priority.send(Out::Stop);
+            let _ = shared.outbox.send(Lane::Priority, Out::Stop);
         }
     }
     if shared.audit_failed.load(Ordering::SeqCst) {
@@ -520,7 +512,7 @@ fn read_loop(
                     now_ts(),
                     Message::Pong(Default::default()),
                 );
-                answer(shared, &shared.priority, &pong);
+                answer(shared, Lane::Priority, &pong);
                 continue;
             }
             Message::SessionRevoked(revoked) => {
@@ -570,7 +562,7 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
         )),
     )
     .with_capacity(capacity);
-    answer(shared, &shared.tx, &frame);
+    answer(shared, Lane::Normal, &frame);
 }
 
 /// Step 5–6 of PROTOCOL.md §5.1; a full backlog refuses like a full
@@ -586,7 +578,7 @@ fn admit(shared: &Arc<Shared>, pool: &WorkerThreads, frame: Frame, received: Ins
         Err(refused) => {
             let reply =
                 Frame::new(frame.id, now_ts(), Message::Error(refused.to_error())).with_capacity(0);
-            answer(shared, &shared.tx, &reply);
+            answer(shared, Lane::Normal, &reply);
             return;
         }
     };
@@ -697,14 +689,17 @@ fn run_request(
     drop(response);
     let held = shared.backlog.hold(bytes.len());
     let lane = match kind {
-        MessageType::ExecuteCommand => &shared.urgent,
-        _ => &shared.tx,
+        MessageType::ExecuteCommand => Lane::Urgent,
+        _ => Lane::Normal,
     };
-    let _ = lane.send(Out::Response(Response {
-        bytes,
-        held,
-        admitted,
-    }));
+    let _ = shared.outbox.send(
+        lane,
+        Out::Response(Response {
+            bytes,
+            held,
+            admitted,
+        }),
+    );
 }
 
 /// The gates of §5.3–§5.5 and the handler; returns the reply to send.
@@ -751,6 +746,7 @@ fn route(
                 )),
                 audit: None,
                 leftover_group: None,
+                settle: None,
             },
         };
         return finish(shared, handled);
@@ -774,6 +770,7 @@ fn route(
                 )),
                 audit: None,
                 leftover_group: None,
+                settle: None,
             },
         };
         return finish(shared, handled);
@@ -846,17 +843,25 @@ impl crate::llm::ChunkSink for Chunks<'_> {
             std::thread::sleep(Duration::from_millis(2));
         }
         let held = self.shared.backlog.hold(bytes.len());
-        let _ = self.shared.tx.send(Out::Frame(bytes, held));
+        let _ = self
+            .shared
+            .outbox
+            .send(Lane::Normal, Out::Frame(bytes, held));
     }
 }
 
-/// Makes a handled request's record durable, then gives its reply.
+/// Makes a handled request's record durable, then gives its reply; the
+/// operation's last sync runs while the record's does.
 fn finish(shared: &Shared, handled: handlers::Handled) -> Option<Message> {
     if let Some(group) = handled.leftover_group {
         lock(&shared.leftovers).push(group);
     }
-    if let Some(entry) = handled.audit {
-        if shared.setup.audit.submit(entry).wait().is_err() {
+    let ticket = handled.audit.map(|entry| shared.setup.audit.submit(entry));
+    if let Some(settle) = handled.settle {
+        settle.finish();
+    }
+    if let Some(ticket) = ticket {
+        if ticket.wait().is_err() {
             shared.audit_failed.store(true, Ordering::SeqCst);
             return Some(handlers::error(ErrorCode::InternalError, AUDIT_FAILED));
         }
@@ -906,7 +911,7 @@ fn healthy(shared: &Shared) -> bool {
 /// be queued (the platform has not read for long, and the queue or the
 /// replies' headroom is full) the connection is given up, and the runtime
 /// connects again.
-fn answer(shared: &Shared, lane: &Sender<Out>, frame: &Frame) {
+fn answer(shared: &Shared, lane: Lane, frame: &Frame) {
     let queued =
         protocol::encode_response(frame).is_ok_and(|bytes| queue_reply(shared, lane, bytes));
     if !queued {
@@ -916,11 +921,16 @@ fn answer(shared: &Shared, lane: &Sender<Out>, frame: &Frame) {
 
 /// Queues a small frame the reader or the writer makes on `lane` unless
 /// the queue or the replies' headroom is full; false: not queued.
-fn queue_reply(shared: &Shared, lane: &Sender<Out>, bytes: Vec<u8>) -> bool {
+fn queue_reply(shared: &Shared, lane: Lane, bytes: Vec<u8>) -> bool {
     shared
         .backlog
         .try_hold_reply(bytes.len())
-        .is_some_and(|held| lane.try_send(Out::Frame(bytes, held)).is_ok())
+        .is_some_and(|held| {
+            shared
+                .outbox
+                .try_send(lane, Out::Frame(bytes, held))
+                .is_ok()
+        })
 }
 
 /// A `STATUS` as of now, encoded.
@@ -938,52 +948,40 @@ fn status_frame(shared: &Shared) -> Option<Vec<u8>> {
 /// itself, so it never waits for room and is dropped when there is none.
 fn send_status(shared: &Shared) {
     if let Some(bytes) = status_frame(shared) {
-        let _ = queue_reply(shared, &shared.tx, bytes);
+        let _ = queue_reply(shared, Lane::Normal, bytes);
     }
 }
 
-/// The writer's queues, taken in this order whenever more than one holds
-/// a frame (a frame already being written is never cut short).
+/// Sends what the connection produces, lane by lane, and the periodic
+/// `STATUS`. Ends on a close request or a send failure; its end closes the
+/// outbox, so no worker waits for room that will never come.
 ///
-/// `priority`: `PONG`s and the connection's end, which no worker may delay.
-/// `urgent`: command results. The platform waits for any reply for the
-/// same time from its request on; a file operation's response exists at
-/// once, while a command's result can be made as late as that wait allows
-/// (a command bounded by it is stopped just before it, EXEC.md §9), so
-/// behind a few large file responses on a slow link it would arrive after
-/// the platform gave up. Responses may leave in any order (PROTOCOL.md
-/// §5.7); each keeps its slot and its backlog bytes until it is handed to
-/// the socket, whichever lane it took.
-/// `normal`: every other response and the periodic `STATUS`.
-struct Lanes {
-    priority: Receiver<Out>,
-    urgent: Receiver<Out>,
-    normal: Receiver<Out>,
+/// The lanes, taken in this order whenever more than one holds a frame (a
+/// frame already being written is never cut short):
+/// [`Lane::Priority`]: `PONG`s and the connection's end, which no worker
+/// may delay. [`Lane::Urgent`]: command results. The platform waits for any
+/// reply for the same time from its request on; a file operation's
+/// response exists at once, while a command's result can be made as late
+/// as that wait allows (a command bounded by it is stopped just before it,
+/// EXEC.md §9), so behind a few large file responses on a slow link it
+/// would arrive after the platform gave up. Responses may leave in any
+/// order (PROTOCOL.md §5.7); each keeps its slot and its backlog bytes
+/// until it is handed to the socket, whichever lane it took.
+/// [`Lane::Normal`]: every other response and the periodic `STATUS`.
+fn write_loop(shared: &Shared, out: impl Outbound) {
+    write_frames(shared, out);
+    shared.outbox.close();
 }
 
-/// Sends what the connection produces, lane by lane (see [`Lanes`]), and
-/// the periodic `STATUS`. Ends on a close request or a send failure.
-fn write_loop(shared: &Shared, mut out: impl Outbound, lanes: &Lanes) {
+fn write_frames(shared: &Shared, mut out: impl Outbound) {
     let mut next_status = Instant::now() + STATUS_INTERVAL;
     loop {
-        let first = lanes
-            .priority
-            .try_recv()
-            .or_else(|_| lanes.urgent.try_recv());
-        let item = match first {
-            Ok(item) => item,
-            Err(_) => {
-                let wait = next_status.saturating_duration_since(Instant::now());
-                select! {
-                    recv(lanes.priority) -> item => match item { Ok(item) => item, Err(_) => return },
-                    recv(lanes.urgent) -> item => match item { Ok(item) => item, Err(_) => return },
-                    recv(lanes.normal) -> item => match item { Ok(item) => item, Err(_) => return },
-                    default(wait) => {
-                        next_status += STATUS_INTERVAL;
-                        send_status(shared);
-                        continue;
-                    }
-                }
+        let item = match shared.outbox.next(next_status) {
+            Next::Item(item) => item,
+            Next::Timeout => {
+                next_status += STATUS_INTERVAL;
+                send_status(shared);
+                continue;
             }
         };
         match item {
@@ -992,7 +990,7 @@ fn write_loop(shared: &Shared, mut out: impl Outbound, lanes: &Lanes) {
                 // responses it would overtake on the priority lane are all
                 // queued already: each acknowledged operation (an audit
                 // failure's INTERNAL_ERROR among them) is answered first.
-                while let Ok(item) = lanes.urgent.try_recv().or_else(|_| lanes.normal.try_recv()) {
+                while let Some(item) = shared.outbox.try_next(&[Lane::Urgent, Lane::Normal]) {
                     if !deliver(shared, &mut out, item) {
                         return;
                     }
