@@ -45,7 +45,7 @@ pub use read::read;
 /// FILE_STAT.
 pub use stat::stat;
 /// FILE_WRITE.
-pub use write::write;
+pub use write::{Settle, write, write_settling};
 
 use crate::audit::Details;
 use crate::jail::{EnforceError, EnforcementFailure, Jail, Rejection, RejectionKind, RunError};

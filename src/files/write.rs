@@ -31,14 +31,42 @@ use crate::protocol::{Ack, Encoding, FileWrite, Message, MessageType};
 /// How many temporary names are tried before giving up (FILES.md §2.4 4.1).
 const TEMP_TRIES: usize = 10;
 
-/// Handles one `FILE_WRITE`.
+/// Handles one `FILE_WRITE`, its directory synced before it returns.
 pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> FileOutcome {
+    let (outcome, settle) = write_settling(ctx, req);
+    if let Some(settle) = settle {
+        settle.finish();
+    }
+    outcome
+}
+
+/// The last step of a write that replaced a directory entry: syncing the
+/// directory, so that the new entry survives a crash (FILES.md §2.4 4.7).
+///
+/// It is handed out rather than done so that the caller can overlap it
+/// with the sync of the operation's audit record: the two are independent,
+/// and the acknowledgement waits for both. A failed directory sync does not
+/// undo the rename and is not reported (an `O_PATH` descriptor, or a
+/// filesystem without directory `fsync`).
+#[derive(Debug)]
+pub struct Settle(OwnedFd);
+
+impl Settle {
+    /// Syncs the directory.
+    pub fn finish(self) {
+        let _ = rustix::fs::fsync(&self.0);
+    }
+}
+
+/// [`write`], leaving the directory's sync to the caller.
+pub fn write_settling(ctx: &FileContext<'_>, req: &FileWrite) -> (FileOutcome, Option<Settle>) {
     // Decoding does not depend on the path, so it is done once even if the
     // jail re-decides after a race; its error is reported only after the
     // jail accepted the path (FILES.md §2.2: the jail comes first).
     let decoded = decode(req);
     let mut shown = None;
     let mut written = 0u64;
+    let mut settle = None;
     let result = jailed(ctx.jail, &req.path, |d| {
         shown = Some(d.resolved.clone());
         let bytes = decoded.as_ref().map_err(|e| Step::Fail(e.clone()))?;
@@ -53,14 +81,15 @@ pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> FileOutcome {
                 },
             )));
         }
-        write_decided(ctx, req.create_parents, d, bytes)?;
+        settle = write_decided(ctx, req.create_parents, d, bytes)?;
         written = size;
         Ok(())
     });
     let reply = match result {
         Ok(()) => Ok(Message::Ack(Ack::OK)),
         Err(JailedError::Rejected(r)) => {
-            return FileOutcome::rejected(r, req.path.clone(), MessageType::FileWrite);
+            let outcome = FileOutcome::rejected(r, req.path.clone(), MessageType::FileWrite);
+            return (outcome, None);
         }
         Err(JailedError::Failed(e)) => {
             written = 0;
@@ -72,10 +101,11 @@ pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> FileOutcome {
     details.insert("encoding", json!(req.encoding.as_str()));
     details.insert("create_parents", json!(req.create_parents));
     details.insert("size_bytes_written", json!(written));
-    FileOutcome {
+    let outcome = FileOutcome {
         reply,
         audit: super::Audit::Operation(details),
-    }
+    };
+    (outcome, settle)
 }
 
 /// FILES.md §2.2 step 2: the bytes to write.
@@ -99,13 +129,14 @@ fn os_reason(e: Errno) -> std::io::Error {
     std::io::Error::from(e)
 }
 
-/// Steps 4–5 of FILES.md §2.2 once the jail accepted `d`.
+/// Steps 4–5 of FILES.md §2.2 once the jail accepted `d`; returns the
+/// directory to sync when an entry was replaced.
 fn write_decided(
     ctx: &FileContext<'_>,
     create_parents: bool,
     d: &Decision,
     bytes: &[u8],
-) -> Result<(), Step> {
+) -> Result<Option<Settle>, Step> {
     let shown = d.resolved.as_str();
     let Some((name, parent)) = d.remainder.split_last() else {
         // The root itself (JAIL.md §6.9: a write is "is a directory").
@@ -127,7 +158,8 @@ fn write_decided(
             other => enforce_step(other, shown),
         })?
     };
-    write_entry(ctx, dir.as_fd(), name, shown, bytes)
+    let replaced = write_entry(ctx, dir.as_fd(), name, shown, bytes)?;
+    Ok(replaced.then_some(Settle(dir)))
 }
 
 /// An enforcement failure while preparing the write: a changed tree is
@@ -256,7 +288,7 @@ fn write_entry(
     name: &OsStr,
     shown: &str,
     bytes: &[u8],
-) -> Result<(), Step> {
+) -> Result<bool, Step> {
     let existing = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Some(st),
         Err(Errno::NOENT) => None,
@@ -265,6 +297,7 @@ fn write_entry(
     let Some(existing) = existing else {
         let mode = Mode::from_raw_mode(0o666 & !ctx.umask.as_raw_mode());
         return replace_atomically(dir, name, bytes, mode, None, false)
+            .map(|()| true)
             .map_err(|e| could_not(shown, e));
     };
     // jail_no_xdev: enforcement checked the parent, not what is mounted at
@@ -311,12 +344,16 @@ fn write_entry(
             // failure.
             drop(probe);
             return replace_atomically(dir, name, bytes, mode, Some(&opened), true)
+                .map(|()| true)
                 .map_err(|e| could_not(shown, e));
         }
-        return write_in_place(&probe, bytes).map_err(|e| could_not(shown, os_reason(e)));
+        return write_in_place(&probe, bytes)
+            .map(|()| false)
+            .map_err(|e| could_not(shown, os_reason(e)));
     }
     drop(probe);
     replace_atomically(dir, name, bytes, mode, Some(&opened), false)
+        .map(|()| true)
         .map_err(|e| could_not(shown, e))
 }
 
@@ -404,7 +441,7 @@ pub(super) fn with_temp_name<T>(
 
 /// FILES.md §2.4 step 4: temp file, write, owner (`give_owner`: the old
 /// owner, which only root may set) or group, mode, `fsync`, rename over
-/// `name`, `fsync` the directory. The metadata is set before the `fsync`
+/// `name`; the directory's `fsync` is the caller's ([`Settle`]). The metadata is set before the `fsync`
 /// so that it is made durable together with the content. On any failure
 /// the temporary file is removed. `old` is the replaced file (`None` for a
 /// new file).
@@ -454,9 +491,5 @@ fn replace_atomically(
         let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), AtFlags::empty());
         return Err(e.into());
     }
-    // The rename is done; a failed directory sync (e.g. on an O_PATH
-    // descriptor or a filesystem without directory fsync) does not undo it
-    // and is not reported (FILES.md §2.4 4.7).
-    let _ = rustix::fs::fsync(dir);
     Ok(())
 }

@@ -42,6 +42,7 @@ pub fn handle(
         reply: Some(reply),
         audit: Some(audit),
         leftover_group: None,
+        settle: None,
     }
 }
 

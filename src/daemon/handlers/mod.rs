@@ -79,6 +79,9 @@ pub struct Handled {
     /// A command's process group that outlived it (background jobs): the
     /// session terminates it when it ends.
     pub leftover_group: Option<Pid>,
+    /// The operation's last sync, run while its record is synced; the reply
+    /// waits for both.
+    pub settle: Option<files::Settle>,
 }
 
 /// An `ERROR` reply.
@@ -129,9 +132,14 @@ pub fn handle(
     command: Option<CommandEntry>,
 ) -> Handled {
     let started = Instant::now();
+    let mut settle = None;
     let outcome = match message {
         Message::FileRead(req) => files::read(&ctx.files, req),
-        Message::FileWrite(req) => files::write(&ctx.files, req),
+        Message::FileWrite(req) => {
+            let (outcome, last_sync) = files::write_settling(&ctx.files, req);
+            settle = last_sync;
+            outcome
+        }
         Message::FileStat(req) => files::stat(&ctx.files, req),
         Message::FileList(req) => files::list(&ctx.files, req),
         Message::FileDelete(req) => files::delete(&ctx.files, req),
@@ -149,6 +157,7 @@ pub fn handle(
                 )),
                 audit: None,
                 leftover_group: None,
+                settle: None,
             };
         }
     };
@@ -188,6 +197,7 @@ pub fn handle(
         reply: Some(reply),
         audit: Some(audit),
         leftover_group: None,
+        settle,
     }
 }
 
@@ -206,6 +216,7 @@ fn execute_command(
             reply: Some(shell_disabled(granted)),
             audit: None,
             leftover_group: None,
+            settle: None,
         };
     }
     // Steps 2–3 ran at admission; refused commands are recorded with
@@ -263,6 +274,7 @@ fn command_handled(request_id: &str, request: &Message, outcome: exec::CommandOu
         reply,
         audit: Some(audit),
         leftover_group: outcome.leftover_group,
+        settle: None,
     }
 }
 
