@@ -369,6 +369,64 @@ fn the_tail_anchor_names_the_last_durable_record() {
 }
 
 #[test]
+fn the_previous_anchor_stays_whole_as_the_spare_the_next_is_written_into() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    // Crosses seq 9 → 10, where the line gains a digit (the slow path).
+    for i in 0..25 {
+        log.write(entry("X", i)).unwrap();
+    }
+    close(log, thread);
+    let anchor_path = path.with_file_name("audit.log.anchor");
+    let spare_path = path.with_file_name(".audit.log.anchor.tmp");
+    let anchor = Anchor::parse(&std::fs::read_to_string(&anchor_path).unwrap(), &key()).unwrap();
+    let spare = Anchor::parse(&std::fs::read_to_string(&spare_path).unwrap(), &key()).unwrap();
+    let last = records(&path).last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(anchor.seq, last);
+    assert!(spare.seq < anchor.seq, "{} {}", spare.seq, anchor.seq);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for file in [&anchor_path, &spare_path] {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
+}
+
+#[test]
+fn a_spare_anchor_that_is_a_link_is_replaced_never_written_through() {
+    let (d, path) = tmp();
+    let (log, thread) = open(&path);
+    for i in 0..3 {
+        log.write(entry("X", i)).unwrap();
+    }
+    close(log, thread);
+    let spare_path = path.with_file_name(".audit.log.anchor.tmp");
+    let length = std::fs::metadata(path.with_file_name("audit.log.anchor"))
+        .unwrap()
+        .len() as usize;
+    // A file of exactly the anchor's length, hard-linked as the spare, and
+    // another one behind a symbolic link: neither may be written.
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, vec![b'v'; length]).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let _ = std::fs::remove_file(&spare_path);
+    std::fs::hard_link(&victim, &spare_path).unwrap();
+    let (log, thread) = open(&path);
+    log.write(entry("X", 3)).unwrap();
+    close(log, thread);
+    assert_eq!(std::fs::read(&victim).unwrap(), vec![b'v'; length]);
+
+    std::fs::remove_file(&spare_path).unwrap();
+    std::os::unix::fs::symlink(&victim, &spare_path).unwrap();
+    let (log, thread) = open(&path);
+    log.write(entry("X", 4)).unwrap();
+    close(log, thread);
+    assert_eq!(std::fs::read(&victim).unwrap(), vec![b'v'; length]);
+    let text = std::fs::read_to_string(path.with_file_name("audit.log.anchor")).unwrap();
+    let last = records(&path).last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(Anchor::parse(&text, &key()).unwrap().seq, last);
+    assert_clean(&path);
+}
+
+#[test]
 fn a_failed_write_refuses_every_later_record() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("small");
