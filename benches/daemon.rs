@@ -653,7 +653,7 @@ fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
     let before = Usage::of(pid);
     let started = Instant::now();
     let ops = if workload == "pipelined" {
-        pipelined_count(&mut ws, &build, runs)
+        pipelined(&mut ws, &build("{ID}"), Until::Count(runs)).1
     } else {
         for i in 0..runs {
             let id = format!("req-{i:08}");
@@ -672,30 +672,6 @@ fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
     kill_process(Pid::from_raw(pid as i32).unwrap(), Signal::TERM).unwrap();
     while ws.read().is_ok() {}
     expect_clean_exit(&mut child, home);
-}
-
-/// `count` requests made by `build`, [`MAX_CONCURRENT`] in flight; returns
-/// how many were answered.
-fn pipelined_count(ws: &mut ServerWs, build: &dyn Fn(&str) -> Utf8Bytes, count: usize) -> usize {
-    let mut sent = 0;
-    let mut done = 0;
-    while sent < MAX_CONCURRENT.min(count) {
-        ws.send(Message::Text(build(&format!("p-{sent}")))).unwrap();
-        sent += 1;
-    }
-    while done < sent {
-        let (_, text) = next_text(ws);
-        match head(&text).0.as_str() {
-            "STATUS" => continue,
-            "ERROR" => panic!("refused while pipelining: {text}"),
-            _ => done += 1,
-        }
-        if sent < count {
-            ws.send(Message::Text(build(&format!("p-{sent}")))).unwrap();
-            sent += 1;
-        }
-    }
-    done
 }
 
 /// Accepts the shim's connection and completes the handshake granting
@@ -1020,19 +996,31 @@ fn keychain_env() -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// How long [`pipelined`] keeps sending.
+enum Until {
+    /// This many requests in all.
+    Count(usize),
+    /// This long.
+    Elapsed(Duration),
+}
+
 /// Requests made from `template` (whose `{ID}` becomes a fresh id) with
-/// [`MAX_CONCURRENT`] in flight for `duration`; returns the answers per
-/// second, how many were answered and how many `STATUS` frames came
-/// between. The frames are built and classified without parsing them, so
-/// that this end spends little of the two cores the shim needs.
-fn pipelined(ws: &mut ServerWs, template: &str, duration: Duration) -> (f64, usize, usize) {
+/// [`MAX_CONCURRENT`] in flight `until`; returns the answers per second,
+/// how many were answered and how many `STATUS` frames came between. The
+/// frames are built and classified without parsing them, so that this end
+/// spends little of the two cores the shim needs.
+fn pipelined(ws: &mut ServerWs, template: &str, until: Until) -> (f64, usize, usize) {
     let (head, tail) = template.split_once("{ID}").unwrap();
     let request = |n: usize| Message::Text(format!("{head}p-{n:08}{tail}").into());
     let mut sent = 0;
     let mut done = 0;
     let mut statuses = 0;
     let started = Instant::now();
-    for _ in 0..MAX_CONCURRENT {
+    let more = |sent: usize| match until {
+        Until::Count(count) => sent < count,
+        Until::Elapsed(duration) => started.elapsed() < duration,
+    };
+    while sent < MAX_CONCURRENT && more(sent) {
         ws.send(request(sent)).unwrap();
         sent += 1;
     }
@@ -1047,7 +1035,7 @@ fn pipelined(ws: &mut ServerWs, template: &str, duration: Duration) -> (f64, usi
             "refused while pipelining: {text}"
         );
         done += 1;
-        if started.elapsed() < duration {
+        if more(sent) {
             ws.send(request(sent)).unwrap();
             sent += 1;
         }
@@ -1397,12 +1385,12 @@ fn core(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
     )
     .to_string();
     let before = Usage::of(pid);
-    let (rate, done, statuses) = pipelined(&mut ws, &template, duration);
+    let (rate, done, statuses) = pipelined(&mut ws, &template, Until::Elapsed(duration));
     let after = Usage::of(pid);
     let cpu_per_op = (after.cpu_us - before.cpu_us) / done as f64;
     let stat_response = exchange(&mut ws, &stat_build("pipelined-reply"), "pipelined-reply").1;
     let mut peer = Peer::start(listener, pki, stat_response);
-    let (bare_rate, _, _) = pipelined(&mut peer.ws, &template, duration);
+    let (bare_rate, _, _) = pipelined(&mut peer.ws, &template, Until::Elapsed(duration));
     drop(peer);
     println!(
         "pipelined FILE_STAT, {MAX_CONCURRENT} in flight for {seconds} s: shim {rate:.0} ops/s ({statuses} STATUS frames; {}), bare peer {bare_rate:.0} ops/s",

@@ -116,10 +116,28 @@ impl<T> Receiver<T> {
     /// The next item; `None` once the queue is empty and every sender is
     /// gone.
     pub fn recv(&self) -> Option<T> {
+        self.wait_for_items()?.items.pop_front()
+    }
+
+    /// Waits for an item like [`Receiver::recv`], then moves it and every
+    /// item queued behind it, up to `max` in all, into `into`, under one
+    /// lock; false once the queue is empty and every sender is gone.
+    pub fn recv_many(&self, into: &mut Vec<T>, max: usize) -> bool {
+        let Some(mut state) = self.wait_for_items() else {
+            return false;
+        };
+        let take = state.items.len().min(max.saturating_sub(into.len()).max(1));
+        into.extend(state.items.drain(..take));
+        true
+    }
+
+    /// The locked queue once it holds an item; `None` once it is empty and
+    /// every sender is gone.
+    fn wait_for_items(&self) -> Option<MutexGuard<'_, State<T>>> {
         let mut state = lock(&self.shared.state);
         loop {
-            if let Some(item) = state.items.pop_front() {
-                return Some(item);
+            if !state.items.is_empty() {
+                return Some(state);
             }
             if state.senders == 0 {
                 return None;
@@ -132,24 +150,6 @@ impl<T> Receiver<T> {
                 .unwrap_or_else(PoisonError::into_inner);
             state.waiting -= 1;
         }
-    }
-
-    /// Waits for an item like [`Receiver::recv`], then moves it and every
-    /// item queued behind it, up to `max` in all, into `into`; false once
-    /// the queue is empty and every sender is gone.
-    pub fn recv_many(&self, into: &mut Vec<T>, max: usize) -> bool {
-        let Some(first) = self.recv() else {
-            return false;
-        };
-        into.push(first);
-        let mut state = lock(&self.shared.state);
-        while into.len() < max {
-            match state.items.pop_front() {
-                Some(item) => into.push(item),
-                None => break,
-            }
-        }
-        true
     }
 }
 

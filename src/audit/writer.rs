@@ -838,9 +838,14 @@ impl State {
             return Ok(false);
         }
         drop(spare);
+        self.trade_places(tmp, target)
+    }
+
+    /// Exchanges the spare and the anchor atomically; false when there is
+    /// no anchor yet or the filesystem cannot exchange.
+    fn trade_places(&self, tmp: &str, target: &str) -> io::Result<bool> {
         match rustix::fs::renameat_with(&self.dir, tmp, &self.dir, target, RenameFlags::EXCHANGE) {
             Ok(()) => Ok(true),
-            // No anchor yet, or a filesystem without the exchange.
             Err(
                 rustix::io::Errno::NOENT
                 | rustix::io::Errno::INVAL
@@ -872,16 +877,10 @@ impl State {
         file.write_all(line)?;
         rustix::fs::fdatasync(&file)?;
         drop(file);
-        match rustix::fs::renameat_with(&self.dir, tmp, &self.dir, target, RenameFlags::EXCHANGE) {
-            Ok(()) => Ok(()),
-            Err(
-                rustix::io::Errno::NOENT
-                | rustix::io::Errno::INVAL
-                | rustix::io::Errno::NOSYS
-                | rustix::io::Errno::OPNOTSUPP,
-            ) => Ok(rustix::fs::renameat(&self.dir, tmp, &self.dir, target)?),
-            Err(e) => Err(e.into()),
+        if !self.trade_places(tmp, target)? {
+            rustix::fs::renameat(&self.dir, tmp, &self.dir, target)?;
         }
+        Ok(())
     }
 
     fn rotation_due(&self, staged_bytes: u64) -> Option<RotateReason> {

@@ -2,7 +2,7 @@
 //! bounded lanes under one lock, taken in priority order.
 //!
 //! What goes in which lane, and why, is the session's decision (see its
-//! `Lanes`). This owns only the queueing: a full lane makes a blocking
+//! writer loop). This owns only the queueing: a full lane makes a blocking
 //! sender wait for room and a non-blocking one fail; the writer waits for
 //! the first frame of any lane, or until a deadline (its periodic
 //! `STATUS`). Nobody spins: a waiting thread parks at once and is woken
