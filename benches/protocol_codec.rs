@@ -54,8 +54,8 @@ fn bench_frame(name: &str, frame: &Frame, budget: Duration) {
         black_box(protocol::encode(&decoded).expect("encodes"));
     });
     let baseline = measure(budget, || {
-        let value: serde_json::Value = serde_json::from_slice(black_box(&bytes)).expect("json");
-        black_box(serde_json::to_vec(&value).expect("json"));
+        let value: serde_json::Value = serde_json::from_str(black_box(&bytes)).expect("json");
+        black_box(serde_json::to_string(&value).expect("json"));
     });
     report(name, bytes.len(), codec, baseline);
 }

@@ -19,20 +19,20 @@ use autogpt_shim::daemon::{
 };
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::{Jail, JailOptions};
-use autogpt_shim::transport::CloseInfo;
+use autogpt_shim::transport::{Bytes, CloseInfo};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use serde_json::{Value, json};
 
 struct MemIn(Receiver<Result<Vec<u8>, Ended>>);
 
 impl Inbound for MemIn {
-    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended> {
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Bytes, Ended> {
         loop {
             if should_stop() {
                 return Err(Ended::Closed(None));
             }
             match self.0.recv_timeout(Duration::from_millis(50)) {
-                Ok(item) => return item,
+                Ok(item) => return item.map(Bytes::from),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     return Err(Ended::Closed(None));
@@ -54,8 +54,8 @@ enum Sent {
 struct MemOut(Sender<Sent>);
 
 impl Outbound for MemOut {
-    fn send(&mut self, text: Vec<u8>) -> Result<(), Ended> {
-        let v: Value = serde_json::from_slice(&text).unwrap();
+    fn send(&mut self, text: String) -> Result<(), Ended> {
+        let v: Value = serde_json::from_str(&text).unwrap();
         self.0.send(Sent::Frame(v)).map_err(|_| Ended::Closed(None))
     }
     fn close(&mut self, code: u16, _reason: &str) {

@@ -113,11 +113,11 @@ impl Fx {
     }
 
     fn write(&self, path: &str, content: &str) -> FileOutcome {
-        files::write(&self.ctx(), &write_req(path, content, false))
+        files::write(&self.ctx(), write_req(path, content, false))
     }
 
     fn write_parents(&self, path: &str, content: &str) -> FileOutcome {
-        files::write(&self.ctx(), &write_req(path, content, true))
+        files::write(&self.ctx(), write_req(path, content, true))
     }
 
     fn delete(&self, path: &str, recursive: bool, missing_ok: bool) -> FileOutcome {
@@ -381,7 +381,7 @@ fn write_base64_writes_the_decoded_bytes() {
             encoding: Encoding::Base64,
             create_parents: false,
         };
-        let o = files::write(&fx.ctx(), &req);
+        let o = files::write(&fx.ctx(), req);
         assert_ack(fx, &o);
         assert_eq!(
             std::fs::read(fx.at("bin")).unwrap(),
@@ -397,7 +397,7 @@ fn new_file_gets_0666_minus_umask() {
     both(|fx| {
         let o = files::write(
             &fx.ctx_with(0o027, 1024),
-            &write_req(&fx.p("m.txt"), "x", false),
+            write_req(&fx.p("m.txt"), "x", false),
         );
         assert_ack(fx, &o);
         let mode = std::fs::metadata(fx.at("m.txt")).unwrap().mode();
@@ -585,7 +585,7 @@ fn bad_base64_is_rejected_before_any_directory_is_created() {
             encoding: Encoding::Base64,
             create_parents: true,
         };
-        let o = files::write(&fx.ctx(), &req);
+        let o = files::write(&fx.ctx(), req);
         assert_error(fx, &o, ErrorCode::InternalError);
         assert!(message(&o).starts_with("Bad base64:"), "{}", message(&o));
         assert!(!exists(&fx.at("newdir")));
@@ -596,7 +596,7 @@ fn bad_base64_is_rejected_before_any_directory_is_created() {
 fn oversize_content_is_rejected_before_any_directory_is_created() {
     both(|fx| {
         let req = write_req(&fx.p("newdir/x.txt"), "0123456789", true);
-        let o = files::write(&fx.ctx_with(0o022, 9), &req);
+        let o = files::write(&fx.ctx_with(0o022, 9), req);
         assert_error(fx, &o, ErrorCode::FileTooLarge);
         assert_eq!(message(&o), "10 bytes exceeds limit 9");
         assert!(!exists(&fx.at("newdir")));
@@ -607,7 +607,7 @@ fn oversize_content_is_rejected_before_any_directory_is_created() {
 fn content_at_the_limit_is_written() {
     both(|fx| {
         let req = write_req(&fx.p("x.txt"), "0123456789", false);
-        assert_ack(fx, &files::write(&fx.ctx_with(0o022, 10), &req));
+        assert_ack(fx, &files::write(&fx.ctx_with(0o022, 10), req));
     });
 }
 
@@ -620,7 +620,7 @@ fn jail_refusal_comes_before_decoding() {
             encoding: Encoding::Base64,
             create_parents: false,
         };
-        let o = files::write(&fx.ctx(), &req);
+        let o = files::write(&fx.ctx(), req);
         assert_violation(
             fx,
             &o,
@@ -1649,7 +1649,7 @@ fn in_place_child(w: &Path) {
     let ctx = ctx_of(&jail);
     let f = w.join("small/f");
     let path = f.to_str().unwrap();
-    let o = files::write(&ctx, &write_req(path, &"x".repeat(512 * 1024), false));
+    let o = files::write(&ctx, write_req(path, &"x".repeat(512 * 1024), false));
     let err = o.reply.expect_err("an oversized write must fail");
     assert_eq!(err.code(), ErrorCode::InternalError, "{}", err.message());
     assert!(
@@ -1658,7 +1658,7 @@ fn in_place_child(w: &Path) {
         err.message()
     );
     assert_eq!(std::fs::read(&f).unwrap(), b"old content");
-    let o = files::write(&ctx, &write_req(path, "new", false));
+    let o = files::write(&ctx, write_req(path, "new", false));
     assert_eq!(o.reply, Ok(Message::Ack(Ack::OK)));
 }
 
@@ -1744,7 +1744,7 @@ fn no_xdev_write_onto_a_bind_mounted_file_is_a_violation() {
     both_with_binds(|fx| {
         let jail = fx.no_xdev_jail();
         let path = fx.p("mounted.txt");
-        let o = files::write(&ctx_of(&jail), &write_req(&path, "pwned", false));
+        let o = files::write(&ctx_of(&jail), write_req(&path, "pwned", false));
         assert_violation(
             fx,
             &o,
@@ -1763,7 +1763,7 @@ fn no_xdev_create_parents_through_a_bind_mount_is_a_violation_and_creates_nothin
     both_with_binds(|fx| {
         let jail = fx.no_xdev_jail();
         let path = fx.p("md/new/x.txt");
-        let o = files::write(&ctx_of(&jail), &write_req(&path, "x", true));
+        let o = files::write(&ctx_of(&jail), write_req(&path, "x", true));
         assert_violation(
             fx,
             &o,

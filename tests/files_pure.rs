@@ -507,7 +507,7 @@ fn encode_matches_the_rfc_4648_vectors() {
     ];
     for (raw, text) in vectors {
         assert_eq!(base64::encode(raw), text);
-        assert_eq!(base64::decode_strict(text).unwrap(), raw);
+        assert_eq!(base64::decode_strict(text.to_owned()).unwrap(), raw);
     }
 }
 
@@ -537,11 +537,11 @@ fn encode_handles_the_full_base64_read_limit() {
 // ---- base64: strict decoding ---------------------------------------------------
 
 fn decode(text: &str) -> Vec<u8> {
-    base64::decode_strict(text).unwrap_or_else(|e| panic!("{text:?} refused: {e}"))
+    base64::decode_strict(text.to_owned()).unwrap_or_else(|e| panic!("{text:?} refused: {e}"))
 }
 
 fn refuse(text: &str) -> Base64Error {
-    match base64::decode_strict(text) {
+    match base64::decode_strict(text.to_owned()) {
         Ok(bytes) => panic!("{text:?} accepted as {bytes:?}"),
         Err(e) => e,
     }
@@ -731,7 +731,7 @@ fn acceptance_agrees_with_the_rules_for_every_short_text() {
             }
         }
         for text in &longer {
-            let accepted = base64::decode_strict(text).is_ok();
+            let accepted = base64::decode_strict(text.to_owned()).is_ok();
             assert_eq!(accepted, model_accepts(text), "{text:?}");
             checked += 1;
         }
@@ -768,7 +768,43 @@ fn round_trip_preserves_bytes_of_every_length() {
         let raw = pseudo_random_bytes(len as u64, len);
         let text = base64::encode(&raw);
         assert_eq!(text.len(), len.div_ceil(3) * 4, "length {len}");
-        assert_eq!(base64::decode_strict(&text).unwrap(), raw, "length {len}");
+        assert_eq!(
+            base64::decode_strict(text.clone()).unwrap(),
+            raw,
+            "length {len}"
+        );
+    }
+}
+
+/// Long texts are decoded step by step into their own buffer; a refusal
+/// deep inside one still names the first offending character, and a `=`
+/// inside the data is still "data after padding".
+#[test]
+fn long_text_refusals_name_the_first_offender_wherever_it_is() {
+    let text = base64::encode(&pseudo_random_bytes(7, 300_000));
+    for offset in [0, 16_383, 16_384, 200_001, text.len() - 5] {
+        for (bad, expected) in [
+            (b'-', Base64Error::InvalidCharacter { offset }),
+            (b'\n', Base64Error::InvalidCharacter { offset }),
+            (
+                b'=',
+                if offset == 0 {
+                    Base64Error::LeadingPadding
+                } else {
+                    Base64Error::DataAfterPadding { offset: offset + 1 }
+                },
+            ),
+        ] {
+            let mut broken = text.clone().into_bytes();
+            broken[offset] = bad;
+            let broken = String::from_utf8(broken).unwrap();
+            assert_eq!(
+                base64::decode_strict(broken),
+                Err(expected.clone()),
+                "{:?} at {offset}",
+                bad as char
+            );
+        }
     }
 }
 
@@ -776,7 +812,7 @@ fn round_trip_preserves_bytes_of_every_length() {
 fn round_trip_covers_every_byte_value_in_every_position() {
     for shift in 0..3 {
         let raw: Vec<u8> = std::iter::repeat_n(0u8, shift).chain(0..=255).collect();
-        assert_eq!(base64::decode_strict(&base64::encode(&raw)).unwrap(), raw);
+        assert_eq!(base64::decode_strict(base64::encode(&raw)).unwrap(), raw);
     }
 }
 

@@ -142,7 +142,7 @@ fn race(walker: bool) {
                         2 => {
                             let _ = files::write(
                                 ctx,
-                                &FileWrite {
+                                FileWrite {
                                     path: sub("new"),
                                     content: "written".into(),
                                     encoding: Encoding::Utf8,

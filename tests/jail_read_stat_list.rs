@@ -1014,3 +1014,43 @@ fn audit_details_keep_the_order_the_specification_lists() {
         );
     });
 }
+
+/// A base64 read is encoded a chunk at a time as it is read; whatever the
+/// range, the text must be the range's bytes encoded whole.
+#[test]
+fn base64_reads_of_any_range_are_the_range_encoded_whole() {
+    use base64::Engine as _;
+    let fx = Fx::new();
+    let jail = fx.jail(false);
+    let size = 2_000_003usize;
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 251) as u8).collect();
+    std::fs::write(fx.w.join("big.bin"), &data).unwrap();
+    let ranges = [
+        (0, None),
+        (1, None),
+        (786_431, Some(786_434)),
+        (size as u64 - 2, None),
+        (size as u64, None),
+        (5, Some(size as u64)),
+        (3, Some(1)),
+    ];
+    for (offset, length) in ranges {
+        let req = FileRead {
+            path: fx.w("big.bin"),
+            encoding: Encoding::Base64,
+            format: ReadFormat::Bytes,
+            offset,
+            length: length.and_then(std::num::NonZeroU64::new),
+        };
+        let out = files::read(&ctx(&jail), &req);
+        let Ok(Message::FileContents(c)) = &out.reply else {
+            panic!("{offset} {length:?}: {:?}", out.reply);
+        };
+        let start = (offset as usize).min(size);
+        let end = length.map_or(size, |n| (start + n as usize).min(size));
+        let expected = base64::engine::general_purpose::STANDARD.encode(&data[start..end]);
+        assert!(c.content == expected, "{offset} {length:?}: other text");
+        assert_eq!(c.size_bytes, (end - start) as u64, "{offset} {length:?}");
+        assert_eq!(c.truncated, end < size, "{offset} {length:?}");
+    }
+}

@@ -127,7 +127,7 @@ fn every_spec_example_decodes_and_encodes_back_to_the_same_message() {
         assert_eq!(again, frame, "{text}");
 
         let original: Value = serde_json::from_str(&text).expect("example is JSON");
-        let encoded: Value = serde_json::from_slice(&bytes).expect("output is JSON");
+        let encoded: Value = serde_json::from_str(&bytes).expect("output is JSON");
         assert_contains(&original, &encoded, "$");
     }
 }
@@ -135,7 +135,7 @@ fn every_spec_example_decodes_and_encodes_back_to_the_same_message() {
 #[test]
 fn encoded_frames_carry_all_six_envelope_keys_in_reference_order() {
     let frame = Frame::new("k1", 1.0004, Message::Pong(Default::default()));
-    let text = String::from_utf8(protocol::encode(&frame).unwrap()).unwrap();
+    let text = protocol::encode(&frame).unwrap();
     assert_eq!(
         text,
         r#"{"id":"k1","ts":1.0004,"version":"1.1","pending_capacity":null,"type":"PONG","payload":{}}"#
@@ -147,7 +147,7 @@ fn optional_payload_fields_are_written_as_null_not_omitted() {
     let frame =
         protocol::decode(br#"{"type":"FILE_READ","id":"r","ts":1.0,"payload":{"path":"a"}}"#)
             .unwrap();
-    let text = String::from_utf8(protocol::encode(&frame).unwrap()).unwrap();
+    let text = protocol::encode(&frame).unwrap();
     assert!(
         text.ends_with(
             r#""payload":{"path":"a","encoding":"utf-8","format":"text","offset":0,"length":null}}"#
@@ -160,7 +160,7 @@ fn optional_payload_fields_are_written_as_null_not_omitted() {
         Message::FileStatResponse(protocol::FileStatResponse::missing()),
     )
     .with_capacity(4);
-    let text = String::from_utf8(protocol::encode(&missing).unwrap()).unwrap();
+    let text = protocol::encode(&missing).unwrap();
     assert_eq!(
         text,
         r#"{"id":"s","ts":2.5,"version":"1.1","pending_capacity":4,"type":"FILE_STAT_RESPONSE","payload":{"exists":false,"is_file":null,"is_dir":null,"is_symlink":null,"size_bytes":null,"mtime":null,"ctime":null,"mode":null,"owner_uid":null,"owner_gid":null,"mime_type":null,"path":null}}"#
@@ -193,7 +193,7 @@ fn recording_requests_are_recognised_with_any_object_payload() {
     )
     .unwrap();
     assert_eq!(frame.message_type(), protocol::MessageType::StartRecording);
-    let again = protocol::decode(&protocol::encode(&frame).unwrap()).unwrap();
+    let again = protocol::decode(protocol::encode(&frame).unwrap()).unwrap();
     assert_eq!(again, frame);
 }
 
@@ -283,7 +283,7 @@ fn every_message_type_round_trips() {
         let bytes = protocol::encode(&frame).unwrap();
         assert_eq!(protocol::decode(&bytes).unwrap(), frame, "{ty}");
         let original: Value = serde_json::from_str(&text).unwrap();
-        let encoded: Value = serde_json::from_slice(&bytes).unwrap();
+        let encoded: Value = serde_json::from_str(&bytes).unwrap();
         assert_contains(&original, &encoded, ty);
         seen.insert(ty.to_string());
     }

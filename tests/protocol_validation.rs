@@ -433,40 +433,78 @@ fn error_frames_accept_any_code_string() {
         br#"{"type":"ERROR","id":"e","ts":1,"payload":{"code":"SOMETHING_NEW","message":"m"}}"#,
     )
     .unwrap();
-    let again = protocol::decode(&protocol::encode(&frame).unwrap()).unwrap();
+    let again = protocol::decode(protocol::encode(&frame).unwrap()).unwrap();
     assert_eq!(again, frame);
     assert_eq!(frame.message_type(), MessageType::Error);
 }
 
 #[test]
 fn oversized_response_is_replaced_by_file_too_large_and_exact_limit_passes() {
-    use protocol::{FileContents, Frame, Message};
-    let make = |n: usize| {
-        Frame::new(
-            "r1",
-            1.5,
-            Message::FileContents(FileContents {
-                content: "a".repeat(n),
-                encoding: protocol::Encoding::Utf8,
-                size_bytes: n as u64,
-                truncated: false,
-            }),
-        )
-        .with_capacity(3)
-    };
-    let overhead = protocol::encode(&make(0)).unwrap().len() - 1; // size_bytes "0" is one digit
-    // Choose n so the frame is exactly 16 MiB (size_bytes has 8 digits).
-    let n = MAX_WEBSOCKET_MESSAGE_BYTES - overhead - 8;
-    let exact = protocol::encode_response(&make(n)).unwrap();
-    assert_eq!(exact.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
+    for encoding in [protocol::Encoding::Utf8, protocol::Encoding::Base64] {
+        use protocol::{FileContents, Frame, Message};
+        let make = |n: usize| {
+            Frame::new(
+                "r1",
+                1.5,
+                Message::FileContents(FileContents {
+                    content: "a".repeat(n),
+                    encoding,
+                    size_bytes: n as u64,
+                    truncated: false,
+                }),
+            )
+            .with_capacity(3)
+        };
+        let overhead = protocol::encode(&make(0)).unwrap().len() - 1; // size_bytes "0" is one digit
+        // Choose n so the frame is exactly 16 MiB (size_bytes has 8 digits).
+        let n = MAX_WEBSOCKET_MESSAGE_BYTES - overhead - 8;
+        let exact = protocol::encode_response(make(n)).unwrap();
+        assert_eq!(exact.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
 
-    let over = protocol::encode_response(&make(n + 1)).unwrap();
-    let frame = protocol::decode(&over).unwrap();
-    assert_eq!(frame.id, "r1");
-    assert_eq!(frame.pending_capacity, Some(3));
-    let Message::Error(err) = frame.message else {
-        panic!("not an error")
-    };
-    assert_eq!(err.code.as_str(), "FILE_TOO_LARGE");
-    assert_eq!(err.message, protocol::OVERSIZE_MESSAGE);
+        let over = protocol::encode_response(make(n + 1)).unwrap();
+        let frame = protocol::decode(&over).unwrap();
+        assert_eq!(frame.id, "r1");
+        assert_eq!(frame.pending_capacity, Some(3));
+        let Message::Error(err) = frame.message else {
+            panic!("not an error")
+        };
+        assert_eq!(err.code.as_str(), "FILE_TOO_LARGE");
+        assert_eq!(err.message, protocol::OVERSIZE_MESSAGE);
+    }
+}
+
+/// A large base64 `FILE_CONTENTS` is built around its content rather than
+/// serialized through it; the text must be the same to the byte, whatever
+/// the id holds that needs escaping.
+#[test]
+fn a_large_base64_file_contents_encodes_exactly_as_serializing_it_would() {
+    use protocol::{FileContents, Frame, Message};
+    let long_id = "\\\"".repeat(protocol::MAX_MESSAGE_ID_BYTES / 2);
+    let ids = [
+        "r1",
+        "a\"quote\\and backslash",
+        "ünï\u{1}\n\u{2028}",
+        long_id.as_str(),
+    ];
+    for id in ids {
+        for groups in [1, 16_383, 16_384, 16_385, 262_144] {
+            for truncated in [false, true] {
+                let content = "QUJD".repeat(groups) + "QQ==";
+                let frame = Frame::new(
+                    id,
+                    1_700_000_000.25,
+                    Message::FileContents(FileContents {
+                        content,
+                        encoding: protocol::Encoding::Base64,
+                        size_bytes: groups as u64 * 3 + 1,
+                        truncated,
+                    }),
+                )
+                .with_capacity(7);
+                let generic = protocol::encode(&frame).unwrap();
+                let built = protocol::encode_response(frame).unwrap();
+                assert!(built == generic, "id {id:?}, {groups} groups");
+            }
+        }
+    }
 }

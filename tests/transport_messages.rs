@@ -11,8 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use autogpt_shim::transport::{
-    CloseInfo, Connector, Incoming, Keepalive, KeepaliveAction, MAX_MESSAGE_BYTES, ProxyConfig,
-    Reader, TransportError, Writer,
+    CloseInfo, Connector, FRAGMENT_BYTES, Incoming, Keepalive, KeepaliveAction, MAX_MESSAGE_BYTES,
+    ProxyConfig, Reader, TransportError, Writer,
 };
 use transport_support::{Answer, PATIENCE, Pki, Server, ServerSocket, drain, report};
 use tungstenite::Message;
@@ -71,7 +71,7 @@ fn next(reader: &mut Reader) -> (Result<Incoming, TransportError>, usize) {
 
 fn next_message(reader: &mut Reader) -> Vec<u8> {
     match next(reader).0 {
-        Ok(Incoming::Message(bytes)) => bytes,
+        Ok(Incoming::Message(bytes)) => bytes.to_vec(),
         other => panic!("expected a message, got {other:?}"),
     }
 }
@@ -168,6 +168,30 @@ fn a_16_mib_message_can_be_sent() {
     assert_eq!(received.recv().unwrap(), 5);
 }
 
+/// A large message leaves in fragments of at most `FRAGMENT_BYTES`, in
+/// order: a platform refusing any longer frame still receives it whole.
+#[test]
+fn a_large_message_is_sent_in_fragments_that_arrive_as_one_message() {
+    let (texts, received) = report();
+    let (reader, writer, server) = open(move |socket| {
+        socket.set_config(|config| config.max_frame_size = Some(FRAGMENT_BYTES));
+        for message in drain(socket) {
+            let _ = texts.send(message);
+        }
+    });
+    let text: String = (0..3 * FRAGMENT_BYTES + 5)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    writer.send_text(text.clone()).unwrap();
+    writer.send_text("after".to_owned()).unwrap();
+    finish(reader, writer, server);
+    assert!(
+        received.recv().unwrap() == Message::text(text),
+        "other text"
+    );
+    assert_eq!(received.recv().unwrap(), Message::text("after"));
+}
+
 #[test]
 fn a_large_send_waits_for_a_platform_that_is_busy_sending() {
     let (lengths, received) = report();
@@ -254,7 +278,7 @@ fn a_frame_split_across_reader_turns_arrives_whole() {
             open(behaviour)
         };
         let (message, idle_turns) = next(&mut reader);
-        assert_eq!(message.unwrap(), Incoming::Message(payload.to_vec()));
+        assert_eq!(message.unwrap(), Incoming::Message(payload.to_vec().into()));
         assert!(idle_turns >= 2, "plain={plain}: {idle_turns} idle turns");
         finish(reader, writer, server);
     }

@@ -75,7 +75,7 @@ fn a_forced_proxy_carries_the_tls_connection_with_basic_credentials() {
     loop {
         match reader.read().unwrap() {
             Incoming::Message(bytes) => {
-                assert_eq!(bytes, b"through the tunnel");
+                assert_eq!(bytes[..], b"through the tunnel"[..]);
                 break;
             }
             Incoming::Idle => {}

@@ -33,7 +33,7 @@ fn echo_once(socket: &mut ServerSocket) {
 fn read_message(reader: &mut autogpt_shim::transport::Reader) -> Vec<u8> {
     loop {
         match reader.read().unwrap() {
-            Incoming::Message(bytes) => return bytes,
+            Incoming::Message(bytes) => return bytes.to_vec(),
             Incoming::Idle => {}
             other => panic!("unexpected {other:?}"),
         }

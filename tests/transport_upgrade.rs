@@ -387,7 +387,7 @@ fn a_message_sent_with_the_switch_is_not_lost() {
         }
     };
     assert!(
-        matches!(&message, Incoming::Message(m) if m == b"hi"),
+        matches!(&message, Incoming::Message(m) if m[..] == b"hi"[..]),
         "{message:?}"
     );
     drop((reader, writer));

@@ -14,15 +14,14 @@ fuzz_target!(|data: &[u8]| {
     let Ok(frame) = decode(data) else {
         return;
     };
-    let bytes = match encode(&frame) {
-        Ok(bytes) => bytes,
+    let text = match encode(&frame) {
+        Ok(text) => text,
         Err(err) => panic!("a decoded frame does not encode: {err}\nframe: {frame:?}"),
     };
-    match decode(&bytes) {
+    match decode(&text) {
         Ok(again) => assert_eq!(again, frame, "re-decoded frame differs from the original"),
         Err(err) => panic!(
-            "encode produced bytes that decode rejects: {err:?}\nframe: {frame:?}\nencoded: {}",
-            String::from_utf8_lossy(&bytes)
+            "encode produced text that decode rejects: {err:?}\nframe: {frame:?}\nencoded: {text}"
         ),
     }
 });

@@ -658,7 +658,7 @@ fn probes() -> Probes {
 fn payload_of(hello: Hello) -> Value {
     let frame = Frame::new(HELLO_ID, 1.5, Message::Hello(hello));
     let bytes = encode(&frame).expect("encodes");
-    let value: Value = serde_json::from_slice(&bytes).expect("json");
+    let value: Value = serde_json::from_str(&bytes).expect("json");
     value["payload"].clone()
 }
 

@@ -10,7 +10,9 @@
 use std::time::Instant;
 
 use super::session::{Ended, Inbound, Outbound};
-use crate::transport::{Incoming, Keepalive, KeepaliveAction, Reader, TransportError, Writer};
+use crate::transport::{
+    Bytes, Incoming, Keepalive, KeepaliveAction, Reader, TransportError, Writer,
+};
 
 /// The receiving side of a served connection.
 #[derive(Debug)]
@@ -32,7 +34,7 @@ impl LinkIn {
 }
 
 impl Inbound for LinkIn {
-    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended> {
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Bytes, Ended> {
         loop {
             if should_stop() {
                 return Err(Ended::Closed(None));
@@ -76,10 +78,7 @@ impl Inbound for LinkIn {
 pub struct LinkOut(pub Writer);
 
 impl Outbound for LinkOut {
-    fn send(&mut self, text: Vec<u8>) -> Result<(), Ended> {
-        // Frames come from the encoder, which only produces UTF-8 JSON.
-        let text = String::from_utf8(text)
-            .map_err(|_| Ended::Failed("loop_error: non_utf8_frame".into()))?;
+    fn send(&mut self, text: String) -> Result<(), Ended> {
         self.0
             .send_text(text)
             .map_err(|e| Ended::Failed(e.audit_reason()))

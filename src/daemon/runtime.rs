@@ -439,8 +439,8 @@ fn handshake(
     );
     let hello_id = session::fresh_id();
     let frame = Frame::new(hello_id.clone(), session::now_ts(), Message::Hello(hello));
-    let text = match protocol::encode(&frame).map(String::from_utf8) {
-        Ok(Ok(text)) => text,
+    let text = match protocol::encode(&frame) {
+        Ok(text) => text,
         // Our own HELLO cannot be encoded: a bug, never retried.
         _ => {
             let _ = writer.close(1000, "");

@@ -41,7 +41,7 @@ use crate::jail::Jail;
 use crate::protocol::{
     self, Capability, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
 };
-use crate::transport::CloseInfo;
+use crate::transport::{Bytes, CloseInfo};
 
 /// Frames queued for the writer at most, per lane.
 const OUT_QUEUE: usize = 256;
@@ -80,7 +80,7 @@ pub trait Inbound {
     /// Blocks until the next message (text or binary, as bytes), the end,
     /// or `should_stop` turning true (then `Ended::Closed(None)`); it is
     /// polled at least every few hundred milliseconds.
-    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Ended>;
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Bytes, Ended>;
     /// Ends the whole connection at once, both ways, so that a writer
     /// waiting for the platform to read gives up too.
     fn abort(&mut self);
@@ -89,7 +89,7 @@ pub trait Inbound {
 /// The sending half, owned by the writer thread.
 pub trait Outbound: Send {
     /// Sends one text message.
-    fn send(&mut self, text: Vec<u8>) -> Result<(), Ended>;
+    fn send(&mut self, text: String) -> Result<(), Ended>;
     /// Sends a close frame (best effort).
     fn close(&mut self, code: u16, reason: &str);
 }
@@ -313,7 +313,7 @@ pub enum End {
 /// What goes to the writer thread.
 enum Out {
     /// A frame the reader or the writer made, its bytes counted.
-    Frame(Vec<u8>, Held),
+    Frame(String, Held),
     /// A worker's terminal response.
     Response(Response),
     Close(u16, &'static str),
@@ -325,7 +325,7 @@ enum Out {
 /// slot until the writer takes it, its bytes stay counted until they are
 /// handed to the socket.
 struct Response {
-    bytes: Vec<u8>,
+    text: String,
     held: Held,
     admitted: Admitted,
 }
@@ -498,7 +498,10 @@ fn read_loop(
             Err(end) => return ended(end),
         };
         let received = Instant::now();
-        let frame = match protocol::decode(&bytes) {
+        let decoded = protocol::decode(&bytes);
+        // A 16 MiB request is held once from here: as its parsed value.
+        drop(bytes);
+        let frame = match decoded {
             Ok(frame) => frame,
             Err(e) => {
                 answer_invalid(shared, &e);
@@ -512,7 +515,7 @@ fn read_loop(
                     now_ts(),
                     Message::Pong(Default::default()),
                 );
-                answer(shared, Lane::Priority, &pong);
+                answer(shared, Lane::Priority, pong);
                 continue;
             }
             Message::SessionRevoked(revoked) => {
@@ -562,7 +565,7 @@ fn answer_invalid(shared: &Shared, e: &DecodeError) {
         )),
     )
     .with_capacity(capacity);
-    answer(shared, Lane::Normal, &frame);
+    answer(shared, Lane::Normal, frame);
 }
 
 /// Step 5–6 of PROTOCOL.md §5.1; a full backlog refuses like a full
@@ -578,7 +581,7 @@ fn admit(shared: &Arc<Shared>, pool: &WorkerThreads, frame: Frame, received: Ins
         Err(refused) => {
             let reply =
                 Frame::new(frame.id, now_ts(), Message::Error(refused.to_error())).with_capacity(0);
-            answer(shared, Lane::Normal, &reply);
+            answer(shared, Lane::Normal, reply);
             return;
         }
     };
@@ -640,7 +643,7 @@ fn run_request(
     admitted.take_slot();
     let Frame {
         id,
-        message: request,
+        message: mut request,
         ..
     } = frame;
     let kind = request.message_type();
@@ -668,7 +671,7 @@ fn run_request(
         // only add a response nobody reads.
         Some(Message::Error(Overloaded::Backlog.to_error()))
     } else {
-        route(shared, &id, kind, &request, command, received)
+        route(shared, &id, kind, &mut request, command, received)
     };
     drop(permit);
     // A request can be as large as a frame; it is not kept while its
@@ -683,11 +686,10 @@ fn run_request(
     // makes the reader end the connection for), and drops it otherwise.
     let response =
         Frame::new(id, now_ts(), message).with_capacity(admitted.capacity_after_release());
-    let Ok(bytes) = protocol::encode_response(&response) else {
+    let Ok(text) = protocol::encode_response(response) else {
         return;
     };
-    drop(response);
-    let held = shared.backlog.hold(bytes.len());
+    let held = shared.backlog.hold(text.len());
     let lane = match kind {
         MessageType::ExecuteCommand => Lane::Urgent,
         _ => Lane::Normal,
@@ -695,7 +697,7 @@ fn run_request(
     let _ = shared.outbox.send(
         lane,
         Out::Response(Response {
-            bytes,
+            text,
             held,
             admitted,
         }),
@@ -709,7 +711,7 @@ fn route(
     shared: &Shared,
     id: &str,
     kind: MessageType,
-    message: &Message,
+    message: &mut Message,
     command: Option<CommandEntry>,
     received: Instant,
 ) -> Option<Message> {
@@ -832,7 +834,7 @@ impl crate::llm::ChunkSink for Chunks<'_> {
     fn send(&mut self, chunk: crate::protocol::LocalLlmCompletionChunk) {
         // `pending_capacity` stays null on a chunk (PROTOCOL.md §9.1).
         let frame = Frame::new(self.id, now_ts(), Message::LocalLlmCompletionChunk(chunk));
-        let Ok(bytes) = protocol::encode(&frame) else {
+        let Ok(text) = protocol::encode(&frame) else {
             return;
         };
         drop(frame);
@@ -842,11 +844,11 @@ impl crate::llm::ChunkSink for Chunks<'_> {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        let held = self.shared.backlog.hold(bytes.len());
+        let held = self.shared.backlog.hold(text.len());
         let _ = self
             .shared
             .outbox
-            .send(Lane::Normal, Out::Frame(bytes, held));
+            .send(Lane::Normal, Out::Frame(text, held));
     }
 }
 
@@ -911,9 +913,8 @@ fn healthy(shared: &Shared) -> bool {
 /// be queued (the platform has not read for long, and the queue or the
 /// replies' headroom is full) the connection is given up, and the runtime
 /// connects again.
-fn answer(shared: &Shared, lane: Lane, frame: &Frame) {
-    let queued =
-        protocol::encode_response(frame).is_ok_and(|bytes| queue_reply(shared, lane, bytes));
+fn answer(shared: &Shared, lane: Lane, frame: Frame) {
+    let queued = protocol::encode_response(frame).is_ok_and(|text| queue_reply(shared, lane, text));
     if !queued {
         let _ = shared.send_failed.set(Ended::Failed(UNANSWERED.into()));
     }
@@ -921,20 +922,15 @@ fn answer(shared: &Shared, lane: Lane, frame: &Frame) {
 
 /// Queues a small frame the reader or the writer makes on `lane` unless
 /// the queue or the replies' headroom is full; false: not queued.
-fn queue_reply(shared: &Shared, lane: Lane, bytes: Vec<u8>) -> bool {
+fn queue_reply(shared: &Shared, lane: Lane, text: String) -> bool {
     shared
         .backlog
-        .try_hold_reply(bytes.len())
-        .is_some_and(|held| {
-            shared
-                .outbox
-                .try_send(lane, Out::Frame(bytes, held))
-                .is_ok()
-        })
+        .try_hold_reply(text.len())
+        .is_some_and(|held| shared.outbox.try_send(lane, Out::Frame(text, held)).is_ok())
 }
 
 /// A `STATUS` as of now, encoded.
-fn status_frame(shared: &Shared) -> Option<Vec<u8>> {
+fn status_frame(shared: &Shared) -> Option<String> {
     let bytes = std::fs::metadata(&shared.setup.audit_path).map_or(0, |m| m.len());
     let report = shared
         .slots
@@ -1013,13 +1009,13 @@ fn write_frames(shared: &Shared, mut out: impl Outbound) {
 /// item ends the connection.
 fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
     let sent = match item {
-        Out::Frame(bytes, held) => {
-            let sent = out.send(bytes);
+        Out::Frame(text, held) => {
+            let sent = out.send(text);
             drop(held);
             sent
         }
         Out::Response(Response {
-            bytes,
+            text,
             held,
             admitted,
         }) => {
@@ -1027,7 +1023,7 @@ fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
             // not after: a platform that answers its arrival at once finds
             // the capacity the response announced.
             let released = admitted.finish();
-            let sent = out.send(bytes);
+            let sent = out.send(text);
             drop(held);
             // §9.2: right after the response that ended saturation.
             match sent {

@@ -10,11 +10,12 @@ use super::{FileContext, FileError, FileOutcome, JailedError, SizeExcess, Step, 
 use crate::audit::Details;
 use crate::protocol::{
     Encoding, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES, MAX_WIRE_TEXT_CONTENT_BYTES,
-    Message, MessageType, ReadFormat,
+    Message, MessageType, RESPONSE_HEADROOM, ReadFormat,
 };
 
-/// Bytes read per `pread` call.
-const CHUNK: usize = 1 << 20;
+/// Bytes read per `pread` call; a multiple of three, so that base64 content
+/// is encoded a whole chunk at a time.
+const CHUNK: usize = 3 << 18;
 
 /// Handles one `FILE_READ`.
 pub fn read(ctx: &FileContext<'_>, req: &FileRead) -> FileOutcome {
@@ -115,44 +116,107 @@ fn read_range(
     }
     // `requested` ≤ limit ≤ 12.5 MB, so it fits in memory and in usize.
     let want = usize::try_from(requested).unwrap_or(0);
-    let mut buf = Vec::with_capacity(want.min(usize::try_from(remaining).unwrap_or(want)));
-    let mut offset = req.offset;
+    let expected = want.min(usize::try_from(remaining).unwrap_or(want));
     // At or past the end there is nothing to read (and an offset beyond
     // i64::MAX would make pread fail with EINVAL).
     let want = if req.offset >= size { 0 } else { want };
-    while buf.len() < want {
-        let chunk = (want - buf.len()).min(CHUNK);
-        let start = buf.len();
-        buf.resize(start + chunk, 0);
-        let n = loop {
-            match rustix::io::pread(fd, &mut buf[start..], offset) {
-                Ok(n) => break n,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(os_error(shown, e)),
-            }
-        };
-        buf.truncate(start + n);
-        if n == 0 {
-            break;
-        }
-        offset += n as u64;
-    }
-    let read = buf.len() as u64;
-    let truncated = req.offset.saturating_add(read) < size;
-    let (content, encoding) = if binary {
-        (super::base64::encode(&buf), Encoding::Base64)
+    let (content, encoding, read) = if binary {
+        // Encoded as it is read, a chunk at a time: the file's bytes are
+        // never held whole beside their text. The room for the envelope
+        // lets the response frame be built in this buffer (see
+        // `encode_response`).
+        let mut text = String::with_capacity(
+            super::base64::encoded_len(expected).saturating_add(RESPONSE_HEADROOM),
+        );
+        let mut chunk = vec![0; want.min(CHUNK)];
+        let read = read_chunks(fd, req.offset, want, shown, &mut chunk, |bytes| {
+            super::base64::encode_into(bytes, &mut text);
+        })?;
+        (text, Encoding::Base64, read)
     } else {
-        (
+        let mut buf = Vec::with_capacity(expected);
+        let read = read_all(fd, req.offset, want, shown, &mut buf)?;
+        let text = String::from_utf8(buf)
             // Valid UTF-8 (the common case) is moved, not copied.
-            String::from_utf8(buf)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-            Encoding::Utf8,
-        )
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        (text, Encoding::Utf8, read)
     };
+    let read = read as u64;
+    let truncated = req.offset.saturating_add(read) < size;
     Ok(FileContents {
         content,
         encoding,
         size_bytes: read,
         truncated,
     })
+}
+
+/// Reads up to `want` bytes from `offset`, fewer at the end of the file,
+/// appending them to `buf`. Returns the bytes read.
+fn read_all(
+    fd: &std::os::fd::OwnedFd,
+    mut offset: u64,
+    want: usize,
+    shown: &str,
+    buf: &mut Vec<u8>,
+) -> Result<usize, FileError> {
+    let start = buf.len();
+    while buf.len() - start < want {
+        let filled = buf.len();
+        buf.resize(filled + (want - (filled - start)).min(CHUNK), 0);
+        let n = pread_at(fd, &mut buf[filled..], offset, shown)?;
+        buf.truncate(filled + n);
+        if n == 0 {
+            break;
+        }
+        offset += n as u64;
+    }
+    Ok(buf.len() - start)
+}
+
+/// Reads up to `want` bytes from `offset`, fewer at the end of the file,
+/// through `chunk`, handing each full chunk to `take` and then what is left
+/// at the end. Returns the bytes read.
+fn read_chunks(
+    fd: &std::os::fd::OwnedFd,
+    mut offset: u64,
+    want: usize,
+    shown: &str,
+    chunk: &mut [u8],
+    mut take: impl FnMut(&[u8]),
+) -> Result<usize, FileError> {
+    let mut read = 0;
+    let mut filled = 0;
+    while read < want && !chunk.is_empty() {
+        let room = (chunk.len() - filled).min(want - read);
+        let n = pread_at(fd, &mut chunk[filled..filled + room], offset, shown)?;
+        read += n;
+        offset += n as u64;
+        filled += n;
+        let end = n == 0 || read == want;
+        if filled == chunk.len() || (end && filled > 0) {
+            take(&chunk[..filled]);
+            filled = 0;
+        }
+        if end {
+            break;
+        }
+    }
+    Ok(read)
+}
+
+/// One `pread`, retried when interrupted.
+fn pread_at(
+    fd: &std::os::fd::OwnedFd,
+    buf: &mut [u8],
+    offset: u64,
+    shown: &str,
+) -> Result<usize, FileError> {
+    loop {
+        match rustix::io::pread(fd, &mut *buf, offset) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(os_error(shown, e)),
+        }
+    }
 }

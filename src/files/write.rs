@@ -15,7 +15,6 @@
 //! symlink at the target (the canonical target cannot be one; meeting one
 //! means the tree changed) and never open a FIFO or device for writing.
 
-use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -32,8 +31,8 @@ use crate::protocol::{Ack, Encoding, FileWrite, Message, MessageType};
 const TEMP_TRIES: usize = 10;
 
 /// Handles one `FILE_WRITE`, its directory synced before it returns.
-pub fn write(ctx: &FileContext<'_>, req: &FileWrite) -> FileOutcome {
-    let (outcome, settle) = write_settling(ctx, req);
+pub fn write(ctx: &FileContext<'_>, mut req: FileWrite) -> FileOutcome {
+    let (outcome, settle) = write_settling(ctx, &mut req);
     if let Some(settle) = settle {
         settle.finish();
     }
@@ -59,7 +58,7 @@ impl Settle {
 }
 
 /// [`write`], leaving the directory's sync to the caller.
-pub fn write_settling(ctx: &FileContext<'_>, req: &FileWrite) -> (FileOutcome, Option<Settle>) {
+pub fn write_settling(ctx: &FileContext<'_>, req: &mut FileWrite) -> (FileOutcome, Option<Settle>) {
     // Decoding does not depend on the path, so it is done once even if the
     // jail re-decides after a race; its error is reported only after the
     // jail accepted the path (FILES.md §2.2: the jail comes first).
@@ -108,12 +107,13 @@ pub fn write_settling(ctx: &FileContext<'_>, req: &FileWrite) -> (FileOutcome, O
     (outcome, settle)
 }
 
-/// FILES.md §2.2 step 2: the bytes to write.
-fn decode(req: &FileWrite) -> Result<Cow<'_, [u8]>, FileError> {
+/// FILES.md §2.2 step 2: the bytes to write. They take the content's place
+/// in the request rather than sit beside it: a 10 MiB write holds one copy.
+fn decode(req: &mut FileWrite) -> Result<Vec<u8>, FileError> {
+    let content = std::mem::take(&mut req.content);
     match req.encoding {
-        Encoding::Utf8 => Ok(Cow::Borrowed(req.content.as_bytes())),
-        Encoding::Base64 => super::base64::decode_strict(&req.content)
-            .map(Cow::Owned)
+        Encoding::Utf8 => Ok(content.into_bytes()),
+        Encoding::Base64 => super::base64::decode_strict(content)
             .map_err(|e| FileError::internal(format!("Bad base64: {e}"))),
     }
 }

@@ -13,7 +13,7 @@ use super::error::{DecodeError, EncodeError, Invalid};
 use super::ids::MAX_MESSAGE_ID_BYTES;
 use super::json::{StrictJsonError, parse_strict};
 use super::payload::{ErrorPayload, Message};
-use super::types::{ErrorCode, MessageType};
+use super::types::{Encoding, ErrorCode, MessageType};
 use super::version::{SHIM_MAX_VERSION, Version};
 use super::{MAX_WEBSOCKET_MESSAGE_BYTES, WIRE_VERSION};
 
@@ -72,7 +72,8 @@ impl Serialize for Frame {
 /// Decodes one inbound WebSocket message (PROTOCOL.md §2.3).
 ///
 /// On failure the error says why and whether to answer (§2.4).
-pub fn decode(bytes: &[u8]) -> Result<Frame, DecodeError> {
+pub fn decode(bytes: impl AsRef<[u8]>) -> Result<Frame, DecodeError> {
+    let bytes = bytes.as_ref();
     if bytes.len() > MAX_WEBSOCKET_MESSAGE_BYTES {
         return Err(DecodeError::dropped(Invalid::TooLarge { len: bytes.len() }));
     }
@@ -156,32 +157,91 @@ fn decode_identified(
 }
 
 /// Serializes a frame as compact JSON.
-pub fn encode(frame: &Frame) -> Result<Vec<u8>, EncodeError> {
+pub fn encode(frame: &Frame) -> Result<String, EncodeError> {
     if !frame.ts.is_finite() {
         return Err(EncodeError::NonFiniteTs);
     }
-    serde_json::to_vec(frame).map_err(|e| EncodeError::Json(e.to_string()))
+    serde_json::to_string(frame).map_err(|e| EncodeError::Json(e.to_string()))
 }
 
 /// Message of the `FILE_TOO_LARGE` substitute for an oversized response.
 pub const OVERSIZE_MESSAGE: &str =
     "The local executor response exceeded the WebSocket message limit.";
 
+/// Spare capacity that lets [`encode_response`] build a `FILE_CONTENTS`
+/// frame inside the buffer of its base64 content: the envelope around it,
+/// with the longest id escaped at worst (six bytes per byte) and room for
+/// the rest. A content built with less still encodes, through one more
+/// copy.
+pub const RESPONSE_HEADROOM: usize = 6 * MAX_MESSAGE_ID_BYTES + 512;
+
+/// Base64 content shorter than this is serialized like any other string;
+/// longer, it is moved into place rather than escaped and copied.
+const SPLICE_MIN_BYTES: usize = 64 * 1024;
+
 /// Serializes a response for sending, applying the outbound cap of
 /// PROTOCOL.md §1.4: a frame over 16 MiB is replaced by
 /// `ERROR FILE_TOO_LARGE` with the same `id`, `ts` and `pending_capacity`
 /// (the caller stamps the fresh capacity before calling).
-pub fn encode_response(frame: &Frame) -> Result<Vec<u8>, EncodeError> {
-    let bytes = encode(frame)?;
-    if bytes.len() <= MAX_WEBSOCKET_MESSAGE_BYTES {
-        return Ok(bytes);
+///
+/// The frame is taken because a large base64 `FILE_CONTENTS` becomes the
+/// encoded frame in place: base64 text needs no escaping, so the envelope is
+/// serialized around an empty content and the content's buffer takes the
+/// envelope's two halves. The text is byte for byte what serializing the
+/// whole frame gives.
+pub fn encode_response(mut frame: Frame) -> Result<String, EncodeError> {
+    let text = match &mut frame.message {
+        Message::FileContents(contents)
+            if contents.encoding == Encoding::Base64
+                && contents.content.len() >= SPLICE_MIN_BYTES =>
+        {
+            let content = std::mem::take(&mut contents.content);
+            splice(&frame, content)?
+        }
+        _ => encode(&frame)?,
+    };
+    if text.len() <= MAX_WEBSOCKET_MESSAGE_BYTES {
+        return Ok(text);
     }
+    drop(text);
     let substitute = Frame {
-        id: frame.id.clone(),
+        id: frame.id,
         ts: frame.ts,
         version: WIRE_VERSION.to_owned(),
         pending_capacity: frame.pending_capacity,
         message: Message::Error(ErrorPayload::new(ErrorCode::FileTooLarge, OVERSIZE_MESSAGE)),
     };
     encode(&substitute)
+}
+
+/// `frame`, whose base64 content was taken out and is `content`, encoded
+/// in `content`'s buffer.
+fn splice(frame: &Frame, mut content: String) -> Result<String, EncodeError> {
+    let Message::FileContents(contents) = &frame.message else {
+        return encode(frame);
+    };
+    // The payload is the envelope's last member and the content its
+    // payload's first, so the envelope around an empty content ends with
+    // the payload's own text and one brace. Checked rather than assumed: a
+    // change of member order falls back to copying.
+    let envelope = encode(frame)?;
+    let payload = serde_json::to_string(contents).map_err(|e| EncodeError::Json(e.to_string()))?;
+    const OPENING: &str = "{\"content\":\"";
+    let split = envelope
+        .len()
+        .checked_sub(payload.len() + 1)
+        .filter(|&at| payload.starts_with(OPENING) && envelope[at..].starts_with(&payload))
+        .map(|at| at + OPENING.len());
+    let Some(split) = split else {
+        let mut whole = frame.clone();
+        if let Message::FileContents(c) = &mut whole.message {
+            c.content = content;
+        }
+        return encode(&whole);
+    };
+    let (head, tail) = envelope.split_at(split);
+    content.reserve_exact(head.len() + tail.len());
+    content.insert_str(0, head);
+    content.push_str(tail);
+    Ok(content)
 }

@@ -32,7 +32,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tungstenite::protocol::CloseFrame;
-use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tungstenite::{Bytes, Message, WebSocket};
 
 use super::MAX_MESSAGE_BYTES;
@@ -51,13 +52,18 @@ pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// them the code.
 const MAX_CLOSE_REASON_BYTES: usize = 123;
 
+/// Largest frame of an outgoing message; a longer message is sent in
+/// fragments of this size (see [`Writer::send_text`]).
+pub const FRAGMENT_BYTES: usize = 1 << 20;
+
 /// What one reader turn produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
     /// A complete message. Text and binary frames are handed up alike, as
     /// bytes (PROTOCOL.md §1.2); UTF-8 checking of binary frames is the
-    /// protocol layer's.
-    Message(Vec<u8>),
+    /// protocol layer's. The bytes are the frame codec's own, not a copy: a
+    /// 16 MiB message is not held twice.
+    Message(Bytes),
     /// A pong with its payload, for
     /// [`Keepalive::on_pong`](super::Keepalive::on_pong).
     Pong(Vec<u8>),
@@ -353,8 +359,8 @@ impl Reader {
             self.shared.flush_best_effort(socket)?;
         }
         match socket.read() {
-            Ok(Message::Text(text)) => Ok(Incoming::Message(Vec::from(Bytes::from(text)))),
-            Ok(Message::Binary(bytes)) => Ok(Incoming::Message(Vec::from(bytes))),
+            Ok(Message::Text(text)) => Ok(Incoming::Message(Bytes::from(text))),
+            Ok(Message::Binary(bytes)) => Ok(Incoming::Message(bytes)),
             Ok(Message::Pong(payload)) => Ok(Incoming::Pong(Vec::from(payload))),
             Ok(Message::Ping(_)) => {
                 // The pong is queued; send it now rather than on the next
@@ -480,11 +486,33 @@ impl fmt::Debug for Writer {
 impl Writer {
     /// Sends one text message (one JSON envelope) and waits until it is
     /// handed to the socket. Over 16 MiB it is refused unsent.
+    ///
+    /// A message over [`FRAGMENT_BYTES`] goes as fragments (RFC 6455 §5.4),
+    /// each queued once the one before is out, so the codec's send buffer
+    /// holds one fragment rather than a second copy of the message (and
+    /// keeps that size for the rest of the connection). Control frames may
+    /// go between fragments, as the RFC allows.
     pub fn send_text(&self, text: String) -> Result<(), TransportError> {
         if text.len() > MAX_MESSAGE_BYTES {
             return Err(TransportError::OutboundTooLarge { size: text.len() });
         }
-        self.write_with(|socket| socket.write(Message::Text(text.into())))
+        if text.len() <= FRAGMENT_BYTES {
+            return self.write_with(|socket| socket.write(Message::Text(text.into())));
+        }
+        let bytes = Bytes::from(text.into_bytes());
+        let mut start = 0;
+        while start < bytes.len() {
+            let end = (start + FRAGMENT_BYTES).min(bytes.len());
+            let opcode = if start == 0 {
+                OpCode::Data(Data::Text)
+            } else {
+                OpCode::Data(Data::Continue)
+            };
+            let fragment = Frame::message(bytes.slice(start..end), opcode, end == bytes.len());
+            self.write_with(|socket| socket.write(Message::Frame(fragment)))?;
+            start = end;
+        }
+        Ok(())
     }
 
     /// Ends the connection at once, both ways and without a close frame:

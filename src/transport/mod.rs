@@ -34,7 +34,7 @@ mod url;
 
 /// The open connection, shared by one reader and writer threads.
 pub use connection::{
-    CloseInfo, Connection, Incoming, READ_TURN, Reader, WRITE_STALL_TIMEOUT, Writer,
+    CloseInfo, Connection, FRAGMENT_BYTES, Incoming, READ_TURN, Reader, WRITE_STALL_TIMEOUT, Writer,
 };
 /// Opening a connection, step by step.
 pub use connector::{Connector, OPENING_TIMEOUT, Step, websocket_config};
@@ -50,6 +50,8 @@ pub use proxy::{ProxyConfig, ProxyServer, ProxySettingProblem};
 pub use stream::POLL_INTERVAL;
 /// Server verification: trust anchors, `--ca-file` and SPKI pins.
 pub use tls::{TlsSettings, spki_sha256};
+/// A received message's bytes, shared with the frame codec that read them.
+pub use tungstenite::Bytes;
 /// The proxy's answer to `CONNECT`, read from a stream or parsed from a head.
 pub use tunnel::{ProxyResponseProblem, parse_connect_response, read_connect_reply};
 /// A parsed `ws://` or `wss://` URL and its classified host.

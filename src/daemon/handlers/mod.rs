@@ -127,13 +127,16 @@ pub fn shell_disabled(granted: &[String]) -> Message {
 pub fn handle(
     ctx: &Context<'_>,
     request_id: &str,
-    message: &Message,
+    message: &mut Message,
     granted: &[String],
     command: Option<CommandEntry>,
 ) -> Handled {
     let started = Instant::now();
     let mut settle = None;
-    let outcome = match message {
+    if let Message::ExecuteCommand(req) = &*message {
+        return execute_command(ctx, request_id, message, req, granted, command);
+    }
+    let outcome = match &mut *message {
         Message::FileRead(req) => files::read(&ctx.files, req),
         Message::FileWrite(req) => {
             let (outcome, last_sync) = files::write_settling(&ctx.files, req);
@@ -144,9 +147,6 @@ pub fn handle(
         Message::FileList(req) => files::list(&ctx.files, req),
         Message::FileDelete(req) => files::delete(&ctx.files, req),
         Message::FileMove(req) => files::move_entry(&ctx.files, req),
-        Message::ExecuteCommand(req) => {
-            return execute_command(ctx, request_id, message, req, granted, command);
-        }
         other => {
             // The dispatcher routes only the types above here; anything
             // else is a routing defect, answered rather than ignored.
