@@ -508,3 +508,27 @@ fn a_large_base64_file_contents_encodes_exactly_as_serializing_it_would() {
         }
     }
 }
+
+/// The shortcut trusts no label: content marked base64 that would need
+/// escaping is serialized like any other string.
+#[test]
+fn large_content_marked_base64_that_needs_escaping_is_still_escaped() {
+    use protocol::{FileContents, Frame, Message};
+    for odd in ["\"", "\\", "\n", "\u{7f}", "é"] {
+        let content = "QUJD".repeat(20_000) + odd;
+        let frame = Frame::new(
+            "r1",
+            1.5,
+            Message::FileContents(FileContents {
+                content,
+                encoding: protocol::Encoding::Base64,
+                size_bytes: 60_000,
+                truncated: false,
+            }),
+        );
+        let generic = protocol::encode(&frame).unwrap();
+        let built = protocol::encode_response(frame.clone()).unwrap();
+        assert!(built == generic, "{odd:?}");
+        assert_eq!(protocol::decode(built).unwrap(), frame, "{odd:?}");
+    }
+}

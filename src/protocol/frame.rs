@@ -193,7 +193,8 @@ pub fn encode_response(mut frame: Frame) -> Result<String, EncodeError> {
     let text = match &mut frame.message {
         Message::FileContents(contents)
             if contents.encoding == Encoding::Base64
-                && contents.content.len() >= SPLICE_MIN_BYTES =>
+                && contents.content.len() >= SPLICE_MIN_BYTES
+                && needs_no_escaping(&contents.content) =>
         {
             let content = std::mem::take(&mut contents.content);
             splice(&frame, content)?
@@ -212,6 +213,18 @@ pub fn encode_response(mut frame: Frame) -> Result<String, EncodeError> {
         message: Message::Error(ErrorPayload::new(ErrorCode::FileTooLarge, OVERSIZE_MESSAGE)),
     };
     encode(&substitute)
+}
+
+/// Whether `text` serializes as itself between quotes: printable ASCII
+/// other than `"` and `\`, as base64 is. Checked, not trusted from the
+/// `encoding` label, in one pass without an early exit so that it runs
+/// over whole vector registers.
+fn needs_no_escaping(text: &str) -> bool {
+    text.as_bytes().chunks(64).all(|chunk| {
+        chunk.iter().fold(true, |ok, &b| {
+            ok & (b >= 0x20) & (b < 0x7f) & (b != b'"') & (b != b'\\')
+        })
+    })
 }
 
 /// `frame`, whose base64 content was taken out and is `content`, encoded
