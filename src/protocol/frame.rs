@@ -222,7 +222,7 @@ pub fn encode_response(mut frame: Frame) -> Result<String, EncodeError> {
 fn needs_no_escaping(text: &str) -> bool {
     text.as_bytes().chunks(64).all(|chunk| {
         chunk.iter().fold(true, |ok, &b| {
-            ok & (b >= 0x20) & (b < 0x7f) & (b != b'"') & (b != b'\\')
+            ok & (0x20..0x7f).contains(&b) & (b != b'"') & (b != b'\\')
         })
     })
 }
