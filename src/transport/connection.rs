@@ -108,6 +108,9 @@ struct Shared {
     /// reader had queued was last found handed to the socket: the end of
     /// the last ping, or a little past it.
     pending_flushed_at: AtomicU64,
+    /// Held while one data message is sent: the fragments of two messages
+    /// must never interleave, whichever threads send them.
+    sending: Mutex<()>,
 }
 
 /// Holding the socket for one turn; the next ticket is served on drop.
@@ -246,6 +249,7 @@ impl Connection {
             traffic,
             output_pending: AtomicBool::new(false),
             pending_flushed_at: AtomicU64::new(0),
+            sending: Mutex::new(()),
         });
         Ok((
             Reader {
@@ -496,6 +500,11 @@ impl Writer {
         if text.len() > MAX_MESSAGE_BYTES {
             return Err(TransportError::OutboundTooLarge { size: text.len() });
         }
+        let _sending = self
+            .shared
+            .sending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if text.len() <= FRAGMENT_BYTES {
             return self.write_with(|socket| socket.write(Message::Text(text.into())));
         }
