@@ -225,6 +225,14 @@ mod tests {
 
     /// The character check and the crate's alphabet must agree, or a text
     /// could pass the rules and still be refused (or the reverse).
+    /// The fast pass and the exact one must accept the same characters.
+    #[test]
+    fn the_fast_check_accepts_exactly_the_data_characters() {
+        for b in 0..=u8::MAX {
+            assert_eq!(all_data(&[b]), is_data(b), "byte {b:#04x}");
+        }
+    }
+
     #[test]
     fn data_characters_are_exactly_the_decoder_alphabet() {
         for b in 0..=u8::MAX {
