@@ -406,3 +406,88 @@ fn duplicates_with_equal_values_are_read() {
         Some(secret("same"))
     );
 }
+
+/// The process keeps one connection to the Secret Service. When the Secret
+/// Service is replaced (its sessions, ours included, are gone), the next
+/// operation opens a new connection instead of failing.
+#[test]
+#[ignore = "needs a Secret Service session (run by .ci/run)"]
+fn a_replaced_secret_service_is_reached_on_a_new_connection() {
+    let session = Session::start();
+    session
+        .keychain
+        .set(Account::AccessToken, &secret("kept"))
+        .unwrap();
+    assert_eq!(
+        session.keychain.get(Account::AccessToken).unwrap(),
+        Some(secret("kept"))
+    );
+    replace_secret_service();
+    assert_eq!(
+        session.keychain.get(Account::AccessToken).unwrap(),
+        Some(secret("kept"))
+    );
+    session
+        .keychain
+        .set(Account::RefreshToken, &secret("written after"))
+        .unwrap();
+    assert_eq!(lookup("refresh_token").as_deref(), Some("written after"));
+    assert_eq!(search("access_token").0, 1, "no duplicate item");
+}
+
+/// The process that owns `org.freedesktop.secrets` on the session bus.
+fn secret_service_owner() -> Option<String> {
+    let output = Command::new("dbus-send")
+        .args([
+            "--session",
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.GetConnectionUnixProcessID",
+            "string:org.freedesktop.secrets",
+        ])
+        .output()
+        .expect("dbus-send must be installed");
+    let reply = String::from_utf8(output.stdout).unwrap();
+    output.status.success().then(|| {
+        reply
+            .split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_owned()
+    })
+}
+
+/// Starts a new gnome-keyring-daemon in place of the running one, unlocked
+/// with the password `.ci/run` created the test keyring with, and waits until
+/// it owns the Secret Service's bus name.
+fn replace_secret_service() {
+    let password = std::env::var("SECRET_SERVICE_TEST_PASSWORD")
+        .expect("SECRET_SERVICE_TEST_PASSWORD: the test keyring's password, set by .ci/run");
+    let before = secret_service_owner().expect("a Secret Service owns its bus name");
+    let mut daemon = Command::new("gnome-keyring-daemon")
+        .args(["--replace", "--unlock", "--components=secrets"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gnome-keyring-daemon must be installed");
+    daemon
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(password.as_bytes())
+        .unwrap();
+    let started = daemon.wait_with_output().unwrap();
+    assert!(started.status.success(), "{started:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match secret_service_owner() {
+            Some(owner) if owner != before => return,
+            _ if std::time::Instant::now() > deadline => {
+                panic!("no new Secret Service replaced process {before}")
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}

@@ -1,14 +1,15 @@
-//! The OS keychain backend (AUTH.md §9) through the `keyring` crate: three
-//! entries under service `autogpt-local-executor`, laid out so that items the
+//! The OS keychain backend (AUTH.md §9): three entries under service `autogpt-local-executor`, laid out so that items the
 //! reference (Python `keyring`) created are found and items created here are
 //! found by it.
 //!
-//! * Linux (and the BSDs): the Secret Service over D-Bus, through the
-//!   synchronous libdbus binding (no async runtime), with a Diffie-Hellman
-//!   session and pure-Rust crypto. Items are looked up by the attributes
-//!   `service` and `username` only.
-//! * macOS: generic passwords (service, account) in the login keychain.
-//! * Windows: generic credentials at target `autogpt-local-executor`, with
+//! * Linux (and the BSDs): the Secret Service over D-Bus, through
+//!   `dbus-secret-service` (the synchronous libdbus binding, no async
+//!   runtime), with a Diffie-Hellman session and pure-Rust crypto, one
+//!   connection per process. Items are looked up by the attributes `service`
+//!   and `username` only.
+//! * macOS (through the `keyring` crate): generic passwords (service,
+//!   account) in the login keychain.
+//! * Windows (through the `keyring` crate): generic credentials at target `autogpt-local-executor`, with
 //!   the reference's `<account>@autogpt-local-executor` overflow targets and
 //!   UTF-16LE blobs.
 //!
@@ -206,13 +207,7 @@ impl Keychain {
 
 /// Maps a `keyring` error; `BadEncoding` and `Ambiguous` carry stored bytes
 /// or items, so they are described here instead of formatted.
-#[cfg(any(
-    target_os = "linux",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "macos",
-    windows
-))]
+#[cfg(any(target_os = "macos", windows))]
 fn from_keyring(account: Account, err: keyring::Error) -> KeychainError {
     use KeychainErrorKind as K;
     match err {
@@ -264,98 +259,194 @@ fn describe_platform_failure(message: &str) -> String {
     }
 }
 
-/// Secret Service (D-Bus): lookups by `service` + `username` only.
+/// Secret Service (D-Bus): lookups by `service` + `username` only, over one
+/// connection per process.
 #[cfg(any(target_os = "linux", target_os = "freebsd", target_os = "openbsd"))]
 mod backend {
-    use keyring::credential::CredentialApi;
-    use keyring::secret_service::SsCredential;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, PoisonError};
 
-    use super::{APPLICATION, Account, KeychainError, SERVICE, ambiguous, from_keyring};
+    use dbus_secret_service::{EncryptionType, Error as SsError, Item, SecretService};
+    use zeroize::Zeroize;
+
+    use super::{
+        APPLICATION, Account, KeychainError, KeychainErrorKind, SERVICE, ambiguous,
+        describe_platform_failure,
+    };
     use crate::secrets::secret::SecretString;
 
     pub(super) const NAME: &str = "Secret Service (D-Bus)";
     pub(super) const UNAVAILABLE: &str =
         "no Secret Service (GNOME Keyring, KWallet, ...) answers on the D-Bus session bus";
 
-    /// A credential without a `target` attribute: `keyring` then searches
-    /// every collection by `service` and `username` alone, which finds the
-    /// reference's items (they have no `target`) as well as ours.
-    fn lookup(account: Account) -> Result<SsCredential, KeychainError> {
-        SsCredential::new_with_no_target(SERVICE, account.as_str())
-            .map_err(|err| from_keyring(account, err))
+    /// The MIME type of every secret written here (the reference's too).
+    const CONTENT_TYPE: &str = "text/plain";
+
+    /// The process's connection to the Secret Service. Opening one is most of
+    /// a lookup's cost (a D-Bus handshake, then a Diffie-Hellman exchange so
+    /// that secrets never cross the bus in clear), and start-up alone makes
+    /// four lookups. The lock also keeps one operation at a time on it.
+    static CONNECTION: Mutex<Option<SecretService>> = Mutex::new(None);
+
+    /// Runs `op` on the process's connection, opening one when there is
+    /// none. A kept connection can have gone stale (the bus or the Secret
+    /// Service restarted since, closing our session): when it fails with a
+    /// D-Bus or crypto error, `op` runs once more on a new connection. Every
+    /// `op` here searches before it acts, so running it again converges on the
+    /// same result instead of repeating a change.
+    fn with_service<T>(
+        op: impl Fn(&SecretService) -> Result<T, SsError>,
+    ) -> Result<T, KeychainError> {
+        let mut slot = CONNECTION.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(service) = slot.take() {
+            match op(&service) {
+                Err(err) if connection_failed(&err) => {}
+                answered => {
+                    *slot = Some(service);
+                    return answered.map_err(from_secret_service);
+                }
+            }
+        }
+        let service = SecretService::connect(EncryptionType::Dh).map_err(from_secret_service)?;
+        let result = op(&service);
+        if !matches!(&result, Err(err) if connection_failed(err)) {
+            *slot = Some(service);
+        }
+        result.map_err(from_secret_service)
+    }
+
+    /// Whether an error may come from the connection or the session rather
+    /// than from the Secret Service's answer.
+    fn connection_failed(err: &SsError) -> bool {
+        matches!(err, SsError::Dbus(_) | SsError::Crypto(_))
+    }
+
+    fn from_secret_service(err: SsError) -> KeychainError {
+        match err {
+            // A locked collection or item that stayed locked, or a dismissed
+            // prompt.
+            SsError::Locked | SsError::NoResult | SsError::Prompt => {
+                KeychainError::new(KeychainErrorKind::NoAccess, err.to_string())
+            }
+            other => KeychainError::new(
+                KeychainErrorKind::Platform,
+                describe_platform_failure(&other.to_string()),
+            ),
+        }
+    }
+
+    /// Every item with our `service` and `username`, in any collection,
+    /// unlocked (one unlock request for all that are locked, which may
+    /// prompt). No `target` attribute in the search: the reference's items
+    /// have none, ours have `target = default`.
+    fn matching(service: &SecretService, account: Account) -> Result<Vec<Item<'_>>, SsError> {
+        let found = service.search_items(HashMap::from([
+            ("service", SERVICE),
+            ("username", account.as_str()),
+        ]))?;
+        if !found.locked.is_empty() {
+            service.unlock_all(&found.locked.iter().collect::<Vec<_>>())?;
+        }
+        let mut items = found.unlocked;
+        items.extend(found.locked);
+        Ok(items)
+    }
+
+    /// What an item holds, if it is text. The decrypted bytes are wiped
+    /// whichever way it goes.
+    fn secret_of(item: &Item<'_>) -> Result<Result<SecretString, ()>, SsError> {
+        Ok(match String::from_utf8(item.get_secret()?) {
+            Ok(text) => Ok(SecretString::new(text)),
+            Err(not_text) => {
+                not_text.into_bytes().zeroize();
+                Err(())
+            }
+        })
     }
 
     pub(super) fn get(account: Account) -> Result<Option<SecretString>, KeychainError> {
-        let credential = lookup(account)?;
-        match credential.get_password() {
-            Ok(value) => Ok(Some(SecretString::new(value))),
-            Err(keyring::Error::NoEntry) => Ok(None),
-            Err(keyring::Error::Ambiguous(_)) => {
+        let values = with_service(|service| {
+            matching(service, account)?
+                .iter()
+                .map(secret_of)
+                .collect::<Result<Vec<_>, SsError>>()
+        })?;
+        let not_text = || {
+            KeychainError::new(
+                KeychainErrorKind::NotText,
+                format!("the keychain entry {account} does not hold text"),
+            )
+        };
+        match values.split_first() {
+            None => Ok(None),
+            Some((Ok(first), rest)) => {
                 // Duplicates happen when two programs each created an item
                 // (e.g. the reference after this shim). Identical values are
                 // harmless; differing ones cannot be resolved safely.
-                let values: Vec<SecretString> = credential
-                    .get_all_passwords()
-                    .map_err(|err| from_keyring(account, err))?
-                    .into_iter()
-                    .map(SecretString::new)
-                    .collect();
-                match values.split_first() {
-                    Some((first, rest)) if rest.iter().all(|v| v == first) => {
-                        Ok(Some(first.clone()))
-                    }
-                    Some(_) => Err(ambiguous(account, values.len())),
-                    None => Ok(None),
+                if rest.iter().all(|value| value.as_ref() == Ok(first)) {
+                    Ok(Some(first.clone()))
+                } else if rest.iter().all(Result::is_ok) {
+                    Err(ambiguous(account, values.len()))
+                } else {
+                    Err(not_text())
                 }
             }
-            Err(err) => Err(from_keyring(account, err)),
+            Some((Err(()), _)) => Err(not_text()),
         }
     }
 
     pub(super) fn set(account: Account, value: &SecretString) -> Result<(), KeychainError> {
-        let credential = lookup(account)?;
-        let matches = credential
-            .map_matching_items(|_| Ok(()), false)
-            .map_err(|err| from_keyring(account, err))?
-            .len();
-        if matches == 1 {
-            // Update the existing item in place (also one the reference made),
-            // so no duplicate appears.
-            return credential
-                .set_password(value.expose())
-                .map_err(|err| from_keyring(account, err));
-        }
-        if matches > 1 {
+        with_service(|service| {
+            let items = matching(service, account)?;
+            if let [only] = items.as_slice() {
+                // Update the existing item in place (also one the reference
+                // made), so no duplicate appears.
+                return only.set_secret(value.expose().as_bytes(), CONTENT_TYPE);
+            }
             // A write replaces the value; leaving several items behind
             // would make every later read ambiguous.
-            credential
-                .delete_all_passwords()
-                .map_err(|err| from_keyring(account, err))?;
-        }
-        create(account, value)
+            for item in &items {
+                item.delete()?;
+            }
+            create(service, account, value)
+        })
     }
 
-    /// Creates an item in the default collection with `service` and
-    /// `username` (plus `keyring`'s `target = default`), the reference's label
-    /// and our `application`.
-    fn create(account: Account, value: &SecretString) -> Result<(), KeychainError> {
-        let mut credential =
-            SsCredential::new_with_target(Some("default"), SERVICE, account.as_str())
-                .map_err(|err| from_keyring(account, err))?;
-        credential.label = account.label();
-        credential
-            .attributes
-            .insert("application".to_owned(), APPLICATION.to_owned());
-        credential
-            .set_password(value.expose())
-            .map_err(|err| from_keyring(account, err))
+    /// Creates an item in the default collection with `service`,
+    /// `username` and `target = default` (the attributes of the `keyring`
+    /// libraries), our `application`, and the reference's label.
+    fn create(
+        service: &SecretService,
+        account: Account,
+        value: &SecretString,
+    ) -> Result<(), SsError> {
+        let collection = service.get_default_collection()?;
+        if collection.is_locked()? {
+            collection.unlock()?;
+        }
+        collection.create_item(
+            &account.label(),
+            HashMap::from([
+                ("service", SERVICE),
+                ("username", account.as_str()),
+                ("target", "default"),
+                ("application", APPLICATION),
+            ]),
+            value.expose().as_bytes(),
+            true,
+            CONTENT_TYPE,
+        )?;
+        Ok(())
     }
 
     pub(super) fn delete(account: Account) -> Result<(), KeychainError> {
         // Every match: a duplicate left behind would resurrect the value.
-        lookup(account)?
-            .delete_all_passwords()
-            .map_err(|err| from_keyring(account, err))
+        with_service(|service| {
+            for item in matching(service, account)? {
+                item.delete()?;
+            }
+            Ok(())
+        })
     }
 }
 

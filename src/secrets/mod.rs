@@ -5,7 +5,8 @@
 //! * `secret` — zeroizing holders: [`SecretString`], [`Passphrase`].
 //! * `passphrase` — where the passphrase comes from (file, systemd
 //!   credential, environment) and taking it out of the environment.
-//! * `keychain` — the OS keychain through the `keyring` crate.
+//! * `keychain` — the OS keychain: the Secret Service on Linux, `keyring`
+//!   elsewhere.
 //! * [`container`] — the byte format of `tokens.enc` (sans-IO).
 //! * `file` — `tokens.enc` on disk: permissions, lock, atomic rewrite.
 //! * `legacy` — the reference's `audit-key.enc`, read for import only.
