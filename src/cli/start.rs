@@ -42,8 +42,8 @@ use crate::daemon::session::CommandRules;
 use crate::daemon::session::{AuditSink, DataPlane, DataPlaneFactory, fresh_id};
 use crate::desktop::{self, Desktop};
 use crate::exec::CommandSandbox;
-use crate::exec::Spawner;
 use crate::exec::spawner::{Death, DeathHook, Mechanism};
+use crate::exec::{Launching, Spawner};
 use crate::exit;
 use crate::hardware::Roots;
 use crate::jail::roots::{self, Inspected};
@@ -109,6 +109,10 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         }
     };
     let umask = read_umask();
+    // The command spawner's launch (a process moved into a cgroup, which
+    // waits for the kernel) overlaps steps 1 to 7; from step 8 on it is
+    // watched. Every early return below drops it, which stops it.
+    let spawner = std::env::current_exe().map(|exe| Spawner::launch_early(&exe));
 
     // Step 1: configuration.
     let config = match load_config(overrides, stderr) {
@@ -321,6 +325,7 @@ pub fn run(overrides: &Overrides, stdout: &mut dyn Write, stderr: &mut dyn Write
         revisions,
         protected,
         sandbox,
+        spawner,
         log: &log,
         stop: &stop,
     }) {
@@ -554,6 +559,8 @@ struct RunningParts<'a> {
     revisions: Option<Revisions>,
     protected: ProtectedLocations,
     sandbox: CommandSandbox,
+    /// The command spawner, launched early.
+    spawner: std::io::Result<Launching>,
     log: &'a Log,
     stop: &'a Arc<AtomicBool>,
 }
@@ -589,11 +596,12 @@ impl Running {
             revisions,
             protected,
             sandbox,
+            spawner,
             log,
             stop,
         } = parts;
-        let spawner = std::env::current_exe()
-            .and_then(|exe| Spawner::start_watched(&exe, Some(spawner_death_hook(&audit, log))))
+        let spawner = spawner
+            .and_then(|launching| launching.watch(Some(spawner_death_hook(&audit, log))))
             .map(Arc::new)
             .map_err(|e| format!("cannot start the command spawner: {e}"))?;
         let (rules, approvals) = command_rules(config, &host_env, log)?;

@@ -33,7 +33,7 @@ pub use sandbox::{
 /// Finding a program on a `PATH`, as commands' shells are found.
 pub use shell::which;
 /// The handle to the spawner process that starts the commands.
-pub use spawner::Spawner;
+pub use spawner::{Launching, Spawner};
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};

@@ -193,24 +193,22 @@ impl Spawner {
     /// [`start`](Self::start), with `on_death` called after each
     /// unexpected death has been contained and a replacement started.
     pub fn start_watched(exe: &Path, on_death: Option<DeathHook>) -> io::Result<Spawner> {
-        let containment = Containment::set_up();
-        let (link, finished) = launch(exe, &containment)?;
-        let inner = Arc::new(Inner {
+        launch_contained(exe)?.watch(exe, on_death)
+    }
+
+    /// Starts launching the spawner on a thread of its own, to be finished
+    /// by [`Launching::watch`]. Moving a process into a cgroup waits for
+    /// the kernel (an RCU grace period, often 10 ms or more); launched
+    /// early, that wait overlaps the rest of the daemon's start-up.
+    pub fn launch_early(exe: &Path) -> Launching {
+        let thread_exe = exe.to_owned();
+        let launched = std::thread::Builder::new()
+            .name("spawner-launch".to_owned())
+            .spawn(move || launch_contained(&thread_exe));
+        Launching {
             exe: exe.to_owned(),
-            containment,
-            current: Mutex::new(Current {
-                link: Arc::clone(&link),
-                recovering: false,
-                stopping: false,
-            }),
-            changed: Condvar::new(),
-            on_death,
-        });
-        if let Err(e) = start_reader(link, finished, Arc::downgrade(&inner)) {
-            inner.abandon(&lock(&inner.current).link);
-            return Err(e);
+            launched: Some(launched),
         }
-        Ok(Spawner { inner })
     }
 
     /// How the commands are contained.
@@ -436,6 +434,95 @@ impl Link {
             let _ = rustix::process::kill_process(self.pid, Signal::KILL);
         }
     }
+}
+
+/// A spawner being launched by [`Spawner::launch_early`]. Until
+/// [`watch`](Self::watch) nothing reads its socket: a death in between is
+/// found by the reader's first read and handled (and reported) like any
+/// other. Dropped unwatched, it waits for the launch and kills the
+/// spawner.
+#[derive(Debug)]
+pub struct Launching {
+    exe: PathBuf,
+    launched: Option<io::Result<std::thread::JoinHandle<io::Result<Launched>>>>,
+}
+
+impl Launching {
+    /// Waits for the launch and watches the spawner from now on, as
+    /// [`Spawner::start_watched`] does.
+    pub fn watch(mut self, on_death: Option<DeathHook>) -> io::Result<Spawner> {
+        self.finish()?.watch(&self.exe, on_death)
+    }
+
+    fn finish(&mut self) -> io::Result<Launched> {
+        match self.launched.take() {
+            Some(Ok(thread)) => thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the spawner's launch failed"))),
+            Some(Err(e)) => Err(e),
+            None => Err(gone()),
+        }
+    }
+}
+
+impl Drop for Launching {
+    fn drop(&mut self) {
+        if self.launched.is_some() {
+            if let Ok(launched) = self.finish() {
+                let _ = rustix::process::kill_process(launched.link.pid, Signal::KILL);
+                let _ = reap(launched.link.pid);
+                launched.containment.kill_all();
+            }
+        }
+    }
+}
+
+/// A spawner that said hello, in its containment, not yet watched.
+#[derive(Debug)]
+struct Launched {
+    containment: Containment,
+    link: Arc<Link>,
+    /// The reader's end signal.
+    finished: Sender<()>,
+}
+
+impl Launched {
+    /// Starts the reader that routes the spawner's answers and handles its
+    /// death.
+    fn watch(self, exe: &Path, on_death: Option<DeathHook>) -> io::Result<Spawner> {
+        let Launched {
+            containment,
+            link,
+            finished,
+        } = self;
+        let inner = Arc::new(Inner {
+            exe: exe.to_owned(),
+            containment,
+            current: Mutex::new(Current {
+                link: Arc::clone(&link),
+                recovering: false,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            on_death,
+        });
+        if let Err(e) = start_reader(link, finished, Arc::downgrade(&inner)) {
+            inner.abandon(&lock(&inner.current).link);
+            return Err(e);
+        }
+        Ok(Spawner { inner })
+    }
+}
+
+/// Sets up the commands' containment and launches a spawner in it.
+fn launch_contained(exe: &Path) -> io::Result<Launched> {
+    let containment = Containment::set_up();
+    let (link, finished) = launch(exe, &containment)?;
+    Ok(Launched {
+        containment,
+        link,
+        finished,
+    })
 }
 
 /// Starts one spawner process (in the commands' cgroup, if there is one)
