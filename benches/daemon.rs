@@ -52,7 +52,8 @@
 //! profiler: `BENCH_PROFILE` names it (`stat`, `read`, `write` for 4 KiB
 //! sequential round trips, or `BENCH_PROFILE_SIZE` bytes, `pipelined` for
 //! `FILE_STAT`s kept `max_concurrent` deep), `BENCH_RUNS` operations of it
-//! after a warm-up,
+//! after a warm-up, or `start` for `BENCH_RUNS / 10` starts to HELLO (tokens
+//! in the Secret Service with `BENCH_KEYCHAIN=1`),
 //! and `BENCH_WRAP` is a command line the shim runs under (`strace -f -c -o
 //! FILE`, `valgrind --tool=callgrind …`, `perf record -g -o FILE`). It
 //! prints the shim's CPU time and context switches per operation, read from
@@ -622,6 +623,9 @@ impl Usage {
 /// `BENCH_ONLY=profile`: one workload alone (see the module's comment).
 fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
     let workload = std::env::var("BENCH_PROFILE").unwrap_or_else(|_| "stat".to_owned());
+    if workload == "start" {
+        return profile_start(runs / 10, pki);
+    }
     let root = home.root.to_str().unwrap().to_owned();
     let platform_url = format!("https://{}", listener.local_addr().unwrap());
     let mut child = home.spawn(&platform_url, &home.path("ca.pem"));
@@ -652,7 +656,7 @@ fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
             id,
             json!({"path": path, "content": content, "encoding": "base64", "create_parents": false}),
         ),
-        other => panic!("BENCH_PROFILE {other:?}: expected stat, read, write or pipelined"),
+        other => panic!("BENCH_PROFILE {other:?}: expected stat, read, write, pipelined or start"),
     };
     let quiet_rss = status_kib(pid, "VmRSS:");
     reset_peak_rss(pid);
@@ -1144,6 +1148,26 @@ fn busy(runs: usize, pki: &Pki, listener: &TcpListener) {
     sigterm(&child);
     while ws.read().is_ok() {}
     expect_clean_exit(&mut child, &home);
+}
+
+/// `BENCH_PROFILE=start`: `starts` starts to HELLO alone, with the tokens in
+/// the Secret Service under `BENCH_KEYCHAIN=1`, else in `tokens.enc`.
+fn profile_start(starts: usize, pki: &Pki) {
+    let keychain = std::env::var("BENCH_KEYCHAIN").as_deref() == Ok("1");
+    let home = Home::create(&pki.ca_pem, keychain);
+    let samples = startup(starts.max(1), &home);
+    println!(
+        "profile start ({}): {} starts to HELLO, median {:.1} ms (min {:.1}, max {:.1})",
+        if keychain {
+            "Secret Service"
+        } else {
+            "tokens.enc"
+        },
+        samples.len(),
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1]
+    );
 }
 
 /// Spawn → HELLO received by the emulator, in ms, for `runs` starts,
