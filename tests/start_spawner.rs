@@ -253,3 +253,58 @@ $(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.freeze; \
     the_next_command_ran_on_a_new_spawner(&next, took, &record, spawner);
     assert!(matches!(process_state(spawner), None | Some('Z' | 'X')));
 }
+
+/// The cgroup v2 directory this test process is in (the daemon it starts
+/// creates the commands' cgroup below the same one).
+fn own_cgroup_dir() -> std::path::PathBuf {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let point = mounts
+        .lines()
+        .find_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            let fields: Vec<&str> = mount.split(' ').collect();
+            (fs.starts_with("cgroup2 ") && fields.get(3) == Some(&"/")).then(|| fields[4])
+        })
+        .expect("a cgroup v2 file system mounted at its root");
+    std::path::Path::new(point).join(own.trim_start_matches('/'))
+}
+
+/// The spawner is launched as `start` begins, before the secret store is
+/// opened. A start refused after that (here: no tokens) stops it, and the
+/// commands' cgroup it was moved into goes with it.
+#[test]
+fn a_start_refused_before_it_runs_leaves_no_spawner_and_no_cgroup() {
+    if !runs_as_root("a_start_refused_before_it_runs_leaves_no_spawner_and_no_cgroup") {
+        return;
+    }
+    let home = Home::without_tokens();
+    let emulator = plain_emulator();
+    let mut shim = Shim::start(&home, &emulator, &["--enable-shell"]);
+    let pid = shim.pid();
+    assert_eq!(shim.wait(WAIT), 77, "{}", shim.output());
+
+    let group = format!("autogpt-shim-{pid}-");
+    let cgroups = std::fs::read_dir(own_cgroup_dir()).unwrap();
+    let left: Vec<String> = cgroups
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&group))
+        .collect();
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+    let in_group: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).ok()?;
+            cgroup
+                .contains(&group)
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    assert!(
+        in_group.is_empty(),
+        "processes still in its cgroup: {in_group:?}"
+    );
+}
