@@ -458,7 +458,7 @@ impl Launching {
         match self.launched.take() {
             Some(Ok(thread)) => thread
                 .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the spawner's launch failed"))),
+                .unwrap_or_else(|_| Err(io::Error::other("the spawner's launch thread panicked"))),
             Some(Err(e)) => Err(e),
             None => Err(gone()),
         }
