@@ -52,7 +52,8 @@
 //! profiler: `BENCH_PROFILE` names it (`stat`, `read`, `write` for 4 KiB
 //! sequential round trips, or `BENCH_PROFILE_SIZE` bytes, `pipelined` for
 //! `FILE_STAT`s kept `max_concurrent` deep), `BENCH_RUNS` operations of it
-//! after a warm-up, or `start` for `BENCH_RUNS / 10` starts to HELLO (tokens
+//! after a warm-up, `execute` for `EXECUTE_COMMAND true` round trips, or
+//! `start` for `BENCH_RUNS / 10` starts to HELLO (tokens
 //! in the Secret Service with `BENCH_KEYCHAIN=1`),
 //! and `BENCH_WRAP` is a command line the shim runs under (`strace -f -c -o
 //! FILE`, `valgrind --tool=callgrind …`, `perf record -g -o FILE`). It
@@ -628,8 +629,19 @@ fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
     }
     let root = home.root.to_str().unwrap().to_owned();
     let platform_url = format!("https://{}", listener.local_addr().unwrap());
-    let mut child = home.spawn(&platform_url, &home.path("ca.pem"));
-    let mut ws = handshake(listener, pki, home);
+    let execute = workload == "execute";
+    let mut child = home.spawn_with(
+        &platform_url,
+        &home.path("ca.pem"),
+        MAX_CONCURRENT,
+        if execute { &["--enable-shell"] } else { &[] },
+    );
+    let granted: &[&str] = if execute {
+        &["files", "shell"]
+    } else {
+        &["files"]
+    };
+    let mut ws = handshake_granting(listener, pki, home, granted, MAX_CONCURRENT);
     exchange(&mut ws, &frame("PING", "ping-0", json!({})), "ping-0");
     let pid = shim_pid(&child);
     let path = home.root.join("profile.bin");
@@ -656,7 +668,10 @@ fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
             id,
             json!({"path": path, "content": content, "encoding": "base64", "create_parents": false}),
         ),
-        other => panic!("BENCH_PROFILE {other:?}: expected stat, read, write, pipelined or start"),
+        "execute" => frame("EXECUTE_COMMAND", id, json!({"command": "true"})),
+        other => panic!(
+            "BENCH_PROFILE {other:?}: expected stat, read, write, pipelined, execute or start"
+        ),
     };
     let quiet_rss = status_kib(pid, "VmRSS:");
     reset_peak_rss(pid);
@@ -693,13 +708,8 @@ fn profile(runs: usize, pki: &Pki, listener: &TcpListener, home: &Home) {
     expect_clean_exit(&mut child, home);
 }
 
-/// Accepts the shim's connection and completes the handshake granting
-/// `files` with `max_concurrent` 10.
-fn handshake(listener: &TcpListener, pki: &Pki, home: &Home) -> ServerWs {
-    handshake_granting(listener, pki, home, &["files"], MAX_CONCURRENT)
-}
-
-/// [`handshake`] granting `granted` with `max_concurrent`.
+/// Accepts the shim's connection and acknowledges its `HELLO`, granting
+/// `granted` with `max_concurrent`.
 fn handshake_granting(
     listener: &TcpListener,
     pki: &Pki,
