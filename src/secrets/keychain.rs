@@ -352,14 +352,14 @@ mod backend {
         Ok(items)
     }
 
-    /// What an item holds, if it is text. The decrypted bytes are wiped
-    /// whichever way it goes.
-    fn secret_of(item: &Item<'_>) -> Result<Result<SecretString, ()>, SsError> {
+    /// What an item holds; `None` when it is not text. The decrypted bytes
+    /// are wiped whichever way it goes.
+    fn secret_of(item: &Item<'_>) -> Result<Option<SecretString>, SsError> {
         Ok(match String::from_utf8(item.get_secret()?) {
-            Ok(text) => Ok(SecretString::new(text)),
+            Ok(text) => Some(SecretString::new(text)),
             Err(not_text) => {
                 not_text.into_bytes().zeroize();
-                Err(())
+                None
             }
         })
     }
@@ -371,27 +371,21 @@ mod backend {
                 .map(secret_of)
                 .collect::<Result<Vec<_>, SsError>>()
         })?;
-        let not_text = || {
-            KeychainError::new(
+        let Some(values) = values.into_iter().collect::<Option<Vec<_>>>() else {
+            return Err(KeychainError::new(
                 KeychainErrorKind::NotText,
                 format!("the keychain entry {account} does not hold text"),
-            )
+            ));
         };
         match values.split_first() {
             None => Ok(None),
-            Some((Ok(first), rest)) => {
-                // Duplicates happen when two programs each created an item
-                // (e.g. the reference after this shim). Identical values are
-                // harmless; differing ones cannot be resolved safely.
-                if rest.iter().all(|value| value.as_ref() == Ok(first)) {
-                    Ok(Some(first.clone()))
-                } else if rest.iter().all(Result::is_ok) {
-                    Err(ambiguous(account, values.len()))
-                } else {
-                    Err(not_text())
-                }
+            // Duplicates happen when two programs each created an item
+            // (e.g. the reference after this shim). Identical values are
+            // harmless; differing ones cannot be resolved safely.
+            Some((first, rest)) if rest.iter().all(|value| value == first) => {
+                Ok(Some(first.clone()))
             }
-            Some((Err(()), _)) => Err(not_text()),
+            Some(_) => Err(ambiguous(account, values.len())),
         }
     }
 

@@ -467,12 +467,11 @@ impl Launching {
 
 impl Drop for Launching {
     fn drop(&mut self) {
-        if self.launched.is_some() {
-            if let Ok(launched) = self.finish() {
-                let _ = rustix::process::kill_process(launched.link.pid, Signal::KILL);
-                let _ = reap(launched.link.pid);
-                launched.containment.kill_all();
-            }
+        // Nothing left to do once `watch` took the launch.
+        if let Ok(launched) = self.finish() {
+            let _ = rustix::process::kill_process(launched.link.pid, Signal::KILL);
+            let _ = reap(launched.link.pid);
+            launched.containment.kill_all();
         }
     }
 }
