@@ -52,11 +52,19 @@ pub const MAX_LOOKUPS: usize = 4;
 /// and queued control frames.
 const WRITE_BUFFER_SLACK: usize = 64 * 1024;
 
+/// Bytes the WebSocket layer asks the stream for per read: two TLS records
+/// of plaintext. The layer zero-fills this much of its buffer before every
+/// read, and a TLS stream hands back at most what it has decrypted (one
+/// record at a time while a large frame streams in), so its default of
+/// 128 KiB cleared eight bytes for every one received.
+const READ_CHUNK: usize = 32 * 1024;
+
 /// The WebSocket limits of every connection (PROTOCOL.md §1.4): 16 MiB per
 /// message and per frame inbound; a write buffer that holds one maximal
-/// outbound frame.
+/// outbound frame; reads of [`READ_CHUNK`].
 pub fn websocket_config() -> WebSocketConfig {
     WebSocketConfig::default()
+        .read_buffer_size(READ_CHUNK)
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES))
         .max_write_buffer_size(MAX_MESSAGE_BYTES + WRITE_BUFFER_SLACK)
