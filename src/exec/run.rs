@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -37,13 +37,8 @@ pub const GRACE: Duration = Duration::from_secs(2);
 const CHUNK: usize = 64 * 1024;
 
 /// How often the loop looks again when nothing can wake it: group
-/// membership after SIGTERM, or the leader's exit on kernels without
-/// pidfds (before 5.3).
+/// membership after SIGTERM.
 const TICK: Duration = Duration::from_millis(10);
-
-/// How often the loop looks for the leader's status between its exit
-/// (seen on the pidfd) and the spawner's report of it.
-const STATUS_TICK: Duration = Duration::from_micros(200);
 
 /// The two waits after SIGKILL (the leader's status, pipe EOF) when the
 /// platform's deadline bounds the result. After SIGKILL both normally end
@@ -265,8 +260,6 @@ pub fn supervise(
     // The spawner went away before reporting: the status is lost (the
     // leader was killed by its parent-death signal).
     let mut status_lost = false;
-    // The pidfd fired; the status is on its way from the spawner.
-    let mut leader_exited = child.pidfd.is_none();
     let mut stop: Option<Stop> = None;
     let schedule = Schedule::new(Instant::now(), timeout, result_by);
     let mut phase = Phase::Running(schedule.stop_at);
@@ -335,33 +328,21 @@ pub fn supervise(
             Phase::Terminating(at) | Phase::Reaping(at) | Phase::Draining(at) => Some(at),
         };
         let mut wait = wake.map(|w| w.saturating_duration_since(now));
-        // Group membership after SIGTERM has no descriptor to wait on, and
-        // after the leader's exit its status is a frame away.
-        let tick = if matches!(phase, Phase::Terminating(_)) {
-            Some(TICK)
-        } else if !collected && leader_exited {
-            Some(STATUS_TICK)
-        } else {
-            None
-        };
-        if let Some(tick) = tick {
-            wait = Some(wait.map_or(tick, |w| w.min(tick)));
+        // Group membership after SIGTERM has no descriptor to wait on.
+        if matches!(phase, Phase::Terminating(_)) {
+            wait = Some(wait.map_or(TICK, |w| w.min(TICK)));
         }
-        let watch_exit = match (&child.pidfd, collected || leader_exited) {
-            (Some(fd), false) => Some(fd.as_fd()),
-            _ => None,
-        };
+        // The report's descriptor stays readable once it fired: watched
+        // only until the status is in.
+        let watch_exit = (!collected).then(|| child.exit.fd());
         let watch_cancel = (stop.is_none() && !collected).then(|| cancel.fd());
-        let woke = wait_and_read(
+        wait_and_read(
             &mut pipes,
             [watch_exit, watch_cancel],
             wait,
             &mut collector,
             &mut buf,
         );
-        if woke[0] {
-            leader_exited = true;
-        }
     }
     // Closing the read ends: anything still writing gets EPIPE/SIGPIPE.
     drop(pipes);
@@ -400,32 +381,28 @@ pub fn terminate_group(pgid: Pid) {
 }
 
 /// One `poll` over the open pipes and the extra descriptors (the leader's
-/// pidfd, the cancellation token) for at most `wait` (`None`: until
-/// something happens), then one read from each ready pipe. A pipe at EOF
-/// or failing is closed. Returns which extra descriptors were ready.
+/// exit report, the cancellation token), which only wake it, for at most
+/// `wait` (`None`: until something happens), then one read from each
+/// ready pipe. A pipe at EOF or failing is closed.
 fn wait_and_read(
     pipes: &mut [Option<(Stream, OwnedFd)>; 2],
     extra: [Option<BorrowedFd<'_>>; 2],
     wait: Option<Duration>,
     collector: &mut Collector,
     buf: &mut [u8],
-) -> [bool; 2] {
+) {
     let mut ready = [false; 2];
-    let mut woke = [false; 2];
     {
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
-        let mut slots = Vec::with_capacity(4);
+        let mut slots = Vec::with_capacity(2);
         for (i, pipe) in pipes.iter().enumerate() {
             if let Some((_, fd)) = pipe {
                 fds.push(PollFd::new(fd, PollFlags::IN));
-                slots.push(Slot::Pipe(i));
+                slots.push(i);
             }
         }
-        for (i, fd) in extra.iter().enumerate() {
-            if let Some(fd) = fd {
-                fds.push(PollFd::from_borrowed_fd(*fd, PollFlags::IN));
-                slots.push(Slot::Extra(i));
-            }
+        for fd in extra.into_iter().flatten() {
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
         }
         let timeout = wait.map(|w| Timespec {
             tv_sec: i64::try_from(w.as_secs()).unwrap_or(i64::MAX),
@@ -433,12 +410,9 @@ fn wait_and_read(
         });
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) => {
-                for (fd, slot) in fds.iter().zip(&slots) {
-                    let hit = !fd.revents().is_empty();
-                    match *slot {
-                        Slot::Pipe(i) => ready[i] = hit,
-                        Slot::Extra(i) => woke[i] = hit,
-                    }
+                // The pipes come first in `fds`.
+                for (fd, &i) in fds.iter().zip(&slots) {
+                    ready[i] = !fd.revents().is_empty();
                 }
             }
             // EINTR: the caller loops anyway. Anything else (ENOMEM) must
@@ -462,14 +436,6 @@ fn wait_and_read(
             Err(_) => *pipe = None,
         }
     }
-    woke
-}
-
-/// What a polled descriptor was.
-#[derive(Clone, Copy)]
-enum Slot {
-    Pipe(usize),
-    Extra(usize),
 }
 
 /// Sends `signal` to the command's process group. A group that no longer

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
 
@@ -74,12 +74,76 @@ pub struct Confinement<'a> {
 pub struct Spawned {
     /// The command's pid, which is also its process-group id.
     pub pid: Pid,
-    /// A pidfd that becomes readable when the leader exits (absent on
-    /// kernels before 5.3).
-    pub pidfd: Option<OwnedFd>,
-    /// Delivers the leader's raw wait status once; closes without a value
-    /// if the spawner disappears first.
-    pub exit: Receiver<i32>,
+    /// The leader's exit status, once the spawner has reaped it.
+    pub exit: ExitReport,
+}
+
+/// The leader's raw wait status, delivered once by the reader thread, and
+/// a descriptor that becomes readable when the status has arrived or can
+/// no longer arrive (the spawner went away first). A supervisor's `poll`
+/// wakes on it: the status is a frame behind the leader's exit, and
+/// looking again on a timer instead would put a tick on every command.
+#[derive(Debug)]
+pub struct ExitReport {
+    status: Receiver<i32>,
+    ready: Arc<OwnedFd>,
+}
+
+impl ExitReport {
+    /// The status if it has arrived; `Disconnected` if it never will.
+    pub fn try_recv(&self) -> Result<i32, TryRecvError> {
+        self.status.try_recv()
+    }
+
+    /// Waits up to `timeout` for the status.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<i32, RecvTimeoutError> {
+        self.status.recv_timeout(timeout)
+    }
+
+    /// Readable once [`try_recv`](Self::try_recv) no longer says `Empty`;
+    /// it stays readable.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.ready.as_fd()
+    }
+}
+
+/// The reader's end of an [`ExitReport`]. However it ends, delivered or
+/// dropped, the report's descriptor becomes readable, and only after the
+/// status was sent or the channel closed, so a woken supervisor never
+/// finds it still empty.
+#[derive(Debug)]
+struct ExitRoute {
+    status: Option<Sender<i32>>,
+    ready: Arc<OwnedFd>,
+}
+
+impl ExitRoute {
+    /// A route and its report, linked by a new eventfd.
+    fn pair() -> io::Result<(ExitRoute, ExitReport)> {
+        let flags = rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK;
+        let ready = Arc::new(rustix::event::eventfd(0, flags)?);
+        let (tx, rx) = bounded(1);
+        let route = ExitRoute {
+            status: Some(tx),
+            ready: Arc::clone(&ready),
+        };
+        Ok((route, ExitReport { status: rx, ready }))
+    }
+
+    fn deliver(mut self, status: i32) {
+        if let Some(tx) = self.status.take() {
+            let _ = tx.send(status);
+        }
+    }
+}
+
+impl Drop for ExitRoute {
+    fn drop(&mut self) {
+        drop(self.status.take());
+        // Cannot fail short of a counter overflow, which a route writing
+        // its 1 once never reaches.
+        let _ = rustix::io::write(&*self.ready, &1u64.to_ne_bytes());
+    }
 }
 
 /// What the daemon is told when its spawner died without being asked to.
@@ -100,15 +164,25 @@ pub struct Death {
 /// Called once per unexpected death, after the cleanup and the restart.
 pub type DeathHook = Box<dyn Fn(&Death) + Send + Sync>;
 
-type Reply = Result<Spawned, i32>;
+/// The answer to a spawn request: the command's pid, or the `errno` of
+/// the failure.
+type Reply = Result<Pid, i32>;
+
+/// A spawn request waiting for its answer.
+#[derive(Debug)]
+struct Pending {
+    reply: Sender<Reply>,
+    /// Where the command's status goes once it has started.
+    exit: ExitRoute,
+}
 
 /// Routing state shared with the reader thread.
 #[derive(Default)]
 struct Routes {
     /// Spawn requests waiting for `Spawned`/`Failed`, by request id.
-    pending: HashMap<u64, Sender<Reply>>,
+    pending: HashMap<u64, Pending>,
     /// Commands waiting for `Exited`, by pid.
-    exits: HashMap<i32, Sender<i32>>,
+    exits: HashMap<i32, ExitRoute>,
     /// False once the socket broke: nothing more will be answered.
     closed: bool,
 }
@@ -375,12 +449,17 @@ impl Link {
     ) -> Result<Spawned, SpawnError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = bounded(1);
+        let (route, exit) = ExitRoute::pair().map_err(SpawnError::Other)?;
         {
             let mut routes = lock(&self.routes);
             if routes.closed {
                 return Err(SpawnError::Gone);
             }
-            routes.pending.insert(id, tx);
+            let pending = Pending {
+                reply: tx,
+                exit: route,
+            };
+            routes.pending.insert(id, pending);
         }
         let frame = Frame::Spawn {
             id,
@@ -407,7 +486,7 @@ impl Link {
             });
         }
         match rx.recv_timeout(REPLY_TIMEOUT) {
-            Ok(Ok(spawned)) => Ok(spawned),
+            Ok(Ok(pid)) => Ok(Spawned { pid, exit }),
             Ok(Err(errno)) => Err(SpawnError::Other(io::Error::from_raw_os_error(errno))),
             Err(RecvTimeoutError::Timeout) => {
                 lock(&self.routes).pending.remove(&id);
@@ -662,30 +741,25 @@ fn read_loop(link: &Link, inner: &Weak<Inner>) -> usize {
         let received = wire::recv(link.sock.as_fd());
         let mut routes = lock(&link.routes);
         match received {
-            Ok((Frame::Spawned { id, pid }, mut fds)) => {
+            Ok((Frame::Spawned { id, pid }, _)) => {
                 let Some(pid) = Pid::from_raw(pid) else {
                     break;
                 };
                 // Registered before the request is answered, and frames
                 // are read in order, so `Exited` always finds its route.
-                let (tx, exit) = bounded(1);
-                routes.exits.insert(pid.as_raw_nonzero().get(), tx);
-                if let Some(reply) = routes.pending.remove(&id) {
-                    let _ = reply.send(Ok(Spawned {
-                        pid,
-                        pidfd: fds.pop(),
-                        exit,
-                    }));
+                if let Some(pending) = routes.pending.remove(&id) {
+                    routes.exits.insert(pid.as_raw_nonzero().get(), pending.exit);
+                    let _ = pending.reply.send(Ok(pid));
                 }
             }
             Ok((Frame::Failed { id, errno }, _)) => {
-                if let Some(reply) = routes.pending.remove(&id) {
-                    let _ = reply.send(Err(errno));
+                if let Some(pending) = routes.pending.remove(&id) {
+                    let _ = pending.reply.send(Err(errno));
                 }
             }
             Ok((Frame::Exited { pid, status }, _)) => {
-                if let Some(tx) = routes.exits.remove(&pid) {
-                    let _ = tx.send(status);
+                if let Some(route) = routes.exits.remove(&pid) {
+                    route.deliver(status);
                 }
             }
             Ok(_) | Err(WireError::Closed | WireError::Io(_) | WireError::Malformed(_)) => break,

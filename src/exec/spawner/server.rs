@@ -177,8 +177,7 @@ impl State {
                 let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
                 let raw = pid.as_raw_nonzero().get();
                 self.groups.insert(raw);
-                let shared: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
-                let sent = wire::send(self.sock.as_fd(), &Frame::Spawned { id, pid: raw }, &shared);
+                let sent = wire::send(self.sock.as_fd(), &Frame::Spawned { id, pid: raw }, &[]);
                 self.leaders.insert(raw, Leader { pidfd });
                 sent
             }

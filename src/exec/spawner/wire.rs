@@ -61,8 +61,7 @@ pub enum Frame {
         /// The spawner's process id.
         pid: i32,
     },
-    /// Spawner → shim: the command runs as `pid` (also its process group);
-    /// descriptor: a pidfd of it, when the kernel has them.
+    /// Spawner → shim: the command runs as `pid` (also its process group).
     Spawned {
         /// The request's id.
         id: u64,
