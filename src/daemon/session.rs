@@ -599,7 +599,7 @@ fn admit(shared: &Arc<Shared>, pool: &WorkerThreads, frame: Frame, received: Ins
         job_shared.idle.notify_all();
     });
     let job = if runs_a_command {
-        match pool::spawn_apart("command", job) {
+        match pool::spawn_apart(job) {
             Ok(()) => return,
             // No thread to be had: a worker runs it rather than nobody.
             Err(job) => job,

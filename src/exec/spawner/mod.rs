@@ -748,7 +748,9 @@ fn read_loop(link: &Link, inner: &Weak<Inner>) -> usize {
                 // Registered before the request is answered, and frames
                 // are read in order, so `Exited` always finds its route.
                 if let Some(pending) = routes.pending.remove(&id) {
-                    routes.exits.insert(pid.as_raw_nonzero().get(), pending.exit);
+                    routes
+                        .exits
+                        .insert(pid.as_raw_nonzero().get(), pending.exit);
                     let _ = pending.reply.send(Ok(pid));
                 }
             }
