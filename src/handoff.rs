@@ -16,6 +16,7 @@
 //! request slots, the backlog), so these hold only what was admitted.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -185,6 +186,7 @@ impl<T> std::fmt::Debug for Receiver<T> {
 pub fn oneshot<T>() -> (Fill<T>, Wait<T>) {
     let shared = Arc::new(Slot {
         value: Mutex::new(Value::Empty),
+        waiting: AtomicBool::new(false),
         ready: Condvar::new(),
     });
     (
@@ -197,7 +199,26 @@ pub fn oneshot<T>() -> (Fill<T>, Wait<T>) {
 
 struct Slot<T> {
     value: Mutex<Value<T>>,
+    /// The waiter is parked (set and cleared under `value`'s lock), so a
+    /// value that arrives before it waits costs no wake-up.
+    waiting: AtomicBool,
     ready: Condvar,
+}
+
+impl<T> Slot<T> {
+    /// Puts `value` in unless it is already `Full`, and wakes the waiter
+    /// if it is parked.
+    fn put(&self, value: Value<T>) {
+        let mut slot = lock(&self.value);
+        if !matches!(*slot, Value::Full(_)) {
+            *slot = value;
+        }
+        let wake = self.waiting.load(Ordering::Relaxed);
+        drop(slot);
+        if wake {
+            self.ready.notify_one();
+        }
+    }
 }
 
 enum Value<T> {
@@ -216,8 +237,7 @@ impl<T> Fill<T> {
     /// Fills the slot and wakes its waiter.
     pub fn send(mut self, value: T) {
         if let Some(slot) = self.slot.take() {
-            *lock(&slot.value) = Value::Full(value);
-            slot.ready.notify_one();
+            slot.put(Value::Full(value));
         }
     }
 }
@@ -225,12 +245,7 @@ impl<T> Fill<T> {
 impl<T> Drop for Fill<T> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            let mut value = lock(&slot.value);
-            if matches!(*value, Value::Empty) {
-                *value = Value::Abandoned;
-            }
-            drop(value);
-            slot.ready.notify_one();
+            slot.put(Value::Abandoned);
         }
     }
 }
@@ -255,11 +270,13 @@ impl<T> Wait<T> {
                 Value::Full(v) => return Some(v),
                 Value::Abandoned => return None,
                 Value::Empty => {
+                    self.slot.waiting.store(true, Ordering::Relaxed);
                     value = self
                         .slot
                         .ready
                         .wait(value)
                         .unwrap_or_else(PoisonError::into_inner);
+                    self.slot.waiting.store(false, Ordering::Relaxed);
                 }
             }
         }
@@ -337,6 +354,37 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         fill.send(42);
         assert_eq!(t.join().unwrap(), Some(42));
+    }
+
+    #[test]
+    fn a_oneshot_filled_before_its_wait_is_received_at_once() {
+        let (fill, wait) = oneshot();
+        fill.send(7);
+        assert_eq!(wait.recv(), Some(7));
+    }
+
+    #[test]
+    fn a_oneshot_racing_its_waiter_never_loses_the_wake_up() {
+        // Filler and waiter start together, so either may come first; a
+        // lost wake-up leaves a waiter parked for ever.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for round in 0..2000u32 {
+            let (fill, wait) = oneshot();
+            let done = done_tx.clone();
+            let waiter = std::thread::spawn(move || {
+                let _ = done.send(wait.recv());
+            });
+            if round % 2 == 0 {
+                fill.send(round);
+            } else {
+                drop(fill);
+            }
+            let got = done_rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("a waiter was never woken");
+            assert_eq!(got, (round % 2 == 0).then_some(round));
+            waiter.join().unwrap();
+        }
     }
 
     #[test]

@@ -347,8 +347,17 @@ struct Shared {
     send_failed: OnceLock<Ended>,
     connected_at: Instant,
     /// Requests handed to the pool and not yet finished.
-    running: Mutex<u64>,
+    running: Mutex<Running>,
     idle: std::sync::Condvar,
+}
+
+/// The count of [`Shared::running`], and whether the connection's end
+/// waits for it to reach zero: only then does a finishing request wake
+/// anyone (a wake-up is a system call whether or not anyone waits).
+#[derive(Debug, Default)]
+struct Running {
+    requests: u64,
+    awaited: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -406,7 +415,7 @@ pub fn serve(
         audit_failed: AtomicBool::new(false),
         send_failed: OnceLock::new(),
         connected_at: Instant::now(),
-        running: Mutex::new(0),
+        running: Mutex::new(Running::default()),
         idle: std::sync::Condvar::new(),
     });
     let writer = {
@@ -428,7 +437,8 @@ pub fn serve(
     }
     {
         let mut running = lock(&shared.running);
-        while *running > 0 {
+        running.awaited = true;
+        while running.requests > 0 {
             running = shared
                 .idle
                 .wait(running)
@@ -590,13 +600,15 @@ fn admit(shared: &Arc<Shared>, pool: &WorkerThreads, frame: Frame, received: Ins
     }
     let command = enter_command_limits(shared, &frame.message);
     let runs_a_command = matches!(command, Some(Ok(_)));
-    *lock(&shared.running) += 1;
+    lock(&shared.running).requests += 1;
     let job_shared = Arc::clone(shared);
     let job: Job = Box::new(move || {
         run_request(&job_shared, admitted, frame, command, received);
         let mut running = lock(&job_shared.running);
-        *running -= 1;
-        job_shared.idle.notify_all();
+        running.requests -= 1;
+        if running.requests == 0 && running.awaited {
+            job_shared.idle.notify_all();
+        }
     });
     let job = if runs_a_command {
         match pool::spawn_apart(job) {

@@ -179,8 +179,14 @@ impl Shared {
     fn end_turn(&self) {
         let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
         turns.serving += 1;
+        // A ticket taken after this one is held by a thread that waits or
+        // is about to look; with none, nobody needs a wake-up (which is a
+        // system call whether or not anyone waits).
+        let waiters = turns.serving != turns.next_ticket;
         drop(turns);
-        self.turn_changed.notify_all();
+        if waiters {
+            self.turn_changed.notify_all();
+        }
     }
 }
 

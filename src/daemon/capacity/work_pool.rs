@@ -135,13 +135,17 @@ pub struct WorkPermit {
 
 impl Drop for WorkPermit {
     fn drop(&mut self) {
-        {
+        let waiting = {
             let mut state = lock(&self.shared.state);
             state.in_use = state.in_use.saturating_sub(1);
-        }
+            state.waiting > 0
+        };
         // All, not one: a woken waiter may be a cancelled one that leaves
-        // without taking the permit, which would strand the others.
-        self.shared.changed.notify_all();
+        // without taking the permit, which would strand the others. None
+        // when nobody waits: a wake-up is a system call either way.
+        if waiting {
+            self.shared.changed.notify_all();
+        }
     }
 }
 
