@@ -808,3 +808,40 @@ pub fn run_if_requested(args: &[OsString]) -> Option<u8> {
         server::Served::Done => Some(0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `fd` is readable now.
+    fn readable(fd: BorrowedFd<'_>) -> bool {
+        let mut fds = [rustix::event::PollFd::from_borrowed_fd(
+            fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&now)).is_ok_and(|n| n == 1)
+    }
+
+    #[test]
+    fn an_exit_report_is_readable_only_once_its_status_is_in() {
+        let (route, report) = ExitRoute::pair().expect("eventfd");
+        assert!(!readable(report.fd()), "readable before any status");
+        assert_eq!(report.try_recv(), Err(TryRecvError::Empty));
+        route.deliver(9);
+        assert!(readable(report.fd()), "not readable with the status in");
+        assert_eq!(report.try_recv(), Ok(9));
+    }
+
+    #[test]
+    fn an_exit_report_whose_route_is_dropped_wakes_with_no_status() {
+        // The spawner died: the reader drops the routes it still holds.
+        let (route, report) = ExitRoute::pair().expect("eventfd");
+        drop(route);
+        assert!(readable(report.fd()), "a lost status never woke anyone");
+        assert_eq!(report.try_recv(), Err(TryRecvError::Disconnected));
+    }
+}
