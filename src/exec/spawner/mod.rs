@@ -181,8 +181,10 @@ struct Pending {
 struct Routes {
     /// Spawn requests waiting for `Spawned`/`Failed`, by request id.
     pending: HashMap<u64, Pending>,
-    /// Commands waiting for `Exited`, by pid.
-    exits: HashMap<i32, ExitRoute>,
+    /// Commands running, by pid, with where their `Exited` goes (none when
+    /// their request gave up waiting: the command still runs, and its
+    /// group is still killed if the spawner dies).
+    exits: HashMap<i32, Option<ExitRoute>>,
     /// False once the socket broke: nothing more will be answered.
     closed: bool,
 }
@@ -747,11 +749,14 @@ fn read_loop(link: &Link, inner: &Weak<Inner>) -> usize {
                 };
                 // Registered before the request is answered, and frames
                 // are read in order, so `Exited` always finds its route.
-                if let Some(pending) = routes.pending.remove(&id) {
-                    routes
-                        .exits
-                        .insert(pid.as_raw_nonzero().get(), pending.exit);
-                    let _ = pending.reply.send(Ok(pid));
+                let (reply, route) = routes
+                    .pending
+                    .remove(&id)
+                    .map(|pending| (pending.reply, pending.exit))
+                    .unzip();
+                routes.exits.insert(pid.as_raw_nonzero().get(), route);
+                if let Some(reply) = reply {
+                    let _ = reply.send(Ok(pid));
                 }
             }
             Ok((Frame::Failed { id, errno }, _)) => {
@@ -760,7 +765,7 @@ fn read_loop(link: &Link, inner: &Weak<Inner>) -> usize {
                 }
             }
             Ok((Frame::Exited { pid, status }, _)) => {
-                if let Some(route) = routes.exits.remove(&pid) {
+                if let Some(Some(route)) = routes.exits.remove(&pid) {
                     route.deliver(status);
                 }
             }
