@@ -57,11 +57,32 @@ impl WorkerThreads {
 /// a thread finding the list full ends instead.
 static PARKED: Mutex<Vec<Arc<Parked>>> = Mutex::new(Vec::new());
 
-/// Where a parked thread waits for its next job.
-#[derive(Default)]
+/// Where a thread of [`spawn_apart`] finds its next job: handed over at
+/// its start, or while it waits parked.
 struct Parked {
     job: Mutex<Option<Job>>,
     given: Condvar,
+}
+
+impl Parked {
+    fn give(&self, job: Job) {
+        *lock(&self.job) = Some(job);
+        self.given.notify_one();
+    }
+
+    /// Waits for a job to be given.
+    fn take(&self) -> Job {
+        let mut slot = lock(&self.job);
+        loop {
+            if let Some(job) = slot.take() {
+                return job;
+            }
+            slot = self
+                .given
+                .wait(slot)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,52 +101,34 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub fn spawn_apart(job: Job) -> Result<(), Job> {
     let parked = lock(&PARKED).pop();
     if let Some(parked) = parked {
-        *lock(&parked.job) = Some(job);
-        parked.given.notify_one();
+        parked.give(job);
         return Ok(());
     }
-    let handoff = Arc::new(Mutex::new(Some(job)));
-    let theirs = Arc::clone(&handoff);
+    let slot = Arc::new(Parked {
+        job: Mutex::new(Some(job)),
+        given: Condvar::new(),
+    });
+    let theirs = Arc::clone(&slot);
     let started = std::thread::Builder::new()
         .name("command".to_owned())
-        .spawn(move || {
-            let first = lock(&theirs).take();
-            if let Some(first) = first {
-                run_apart(first);
-            }
-        });
-    if started.is_ok() {
-        return Ok(());
-    }
-    match lock(&handoff).take() {
-        Some(job) => Err(job),
-        None => Ok(()),
+        .spawn(move || run_apart(&theirs));
+    match started {
+        Ok(_) => Ok(()),
+        // Not started: the job is still in the slot.
+        Err(_) => lock(&slot.job).take().map_or(Ok(()), Err),
     }
 }
 
-/// The life of a thread of [`spawn_apart`]: `job`, then every job given to
-/// it while parked, until the list of parked threads is full.
-fn run_apart(mut job: Job) {
-    let parked = Arc::new(Parked::default());
+/// The life of a thread of [`spawn_apart`]: the job in `slot`, then every
+/// job given to it while parked, until the list of parked threads is full.
+fn run_apart(slot: &Arc<Parked>) {
     loop {
-        job();
-        {
-            let mut list = lock(&PARKED);
-            if list.len() >= WORKERS {
-                return;
-            }
-            list.push(Arc::clone(&parked));
+        (slot.take())();
+        let mut list = lock(&PARKED);
+        if list.len() >= WORKERS {
+            return;
         }
-        let mut slot = lock(&parked.job);
-        job = loop {
-            if let Some(next) = slot.take() {
-                break next;
-            }
-            slot = parked
-                .given
-                .wait(slot)
-                .unwrap_or_else(PoisonError::into_inner);
-        };
+        list.push(Arc::clone(slot));
     }
 }
 
