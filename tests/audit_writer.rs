@@ -1,4 +1,4 @@
-//! The audit writer: durable tickets, group commit under concurrency,
+//! The audit writer: durable tickets and continuations, group commit under concurrency,
 //! session-bound handles, recovery of the chain on restart, rotation and its
 //! links, the tail anchor, the writer lock, and survival of `kill -9`.
 
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autogpt_shim::audit::{
-    Anchor, AuditError, AuditKey, AuditLog, Details, Entry, Outcome, RotateReason, WriterOptions,
-    WriterThread, verify_bytes,
+    Anchor, AuditError, AuditKey, AuditLog, Details, Entry, Outcome, RotateReason, Then,
+    WriterOptions, WriterThread, verify_bytes,
 };
 use serde_json::{Value, json};
 
@@ -131,6 +131,67 @@ fn tickets_report_the_durable_seq_and_hmac() {
     assert_eq!(recs[0]["hmac"], d1.hmac.as_str());
     assert_eq!(recs[1]["prev_hmac"], d1.hmac.as_str());
     assert_eq!(recs[1]["hmac"], d2.hmac.as_str());
+}
+
+#[test]
+fn a_continuation_runs_only_once_its_record_is_in_the_file() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (log, tx, path) = (log.clone(), tx.clone(), path.clone());
+            s.spawn(move || {
+                for i in 0..50u64 {
+                    let (tx, path) = (tx.clone(), path.clone());
+                    let id = t * 1000 + i;
+                    log.submit_then(
+                        entry("FILE_STAT", id),
+                        Then::new(move |durable| {
+                            // Read on the writer's thread as it runs this:
+                            // the record must already be there.
+                            let durable = durable.unwrap();
+                            let on_disk = records(&path).into_iter().any(|r| {
+                                r["request_id"] == format!("req-{id}")
+                                    && r["seq"] == durable.seq
+                                    && r["hmac"] == durable.hmac.as_str()
+                            });
+                            tx.send((id, on_disk)).unwrap();
+                        }),
+                    );
+                }
+            });
+        }
+    });
+    drop(tx);
+    let mut seen: Vec<(u64, bool)> = rx.iter().collect();
+    seen.sort_unstable();
+    assert_eq!(seen.len(), 200);
+    assert!(seen.iter().all(|(_, on_disk)| *on_disk), "{seen:?}");
+    close(log, thread);
+    assert_clean(&path);
+}
+
+#[test]
+fn a_continuation_dropped_unrun_learns_that_the_writer_is_gone() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    drop(Then::new(move |result| tx.send(result).unwrap()));
+    assert_eq!(rx.try_recv().unwrap(), Err(AuditError::Closed));
+}
+
+#[test]
+fn a_continuation_for_another_session_learns_the_refusal_at_once() {
+    let (_d, path) = tmp();
+    let (log, thread) = open(&path);
+    let one = log.bind("session-1").unwrap();
+    let mut crossing = entry("FILE_READ", 0);
+    crossing.session_id = Some("session-2".into());
+    let (tx, rx) = std::sync::mpsc::channel();
+    one.submit_then(crossing, Then::new(move |result| tx.send(result).unwrap()));
+    assert_eq!(rx.try_recv().unwrap(), Err(AuditError::CrossSession));
+    drop(one);
+    close(log, thread);
+    assert!(records(&path).iter().all(|r| r["request_id"] != "req-0"));
 }
 
 #[test]
@@ -459,6 +520,15 @@ fn a_failed_write_refuses_every_later_record() {
     assert!(matches!(
         log.write(entry("Y", 0)).unwrap_err(),
         AuditError::Unhealthy(_)
+    ));
+    let (tx, rx) = std::sync::mpsc::channel();
+    log.submit_then(
+        entry("Z", 0),
+        Then::new(move |result| tx.send(result).unwrap()),
+    );
+    assert!(matches!(
+        rx.try_recv().unwrap(),
+        Err(AuditError::Unhealthy(_))
     ));
     close(log, thread);
     let _ = Command::new("umount").arg(&mnt).status();

@@ -288,6 +288,36 @@ fn file_write_is_acknowledged_after_its_record_with_capacity() {
 }
 
 #[test]
+fn reads_in_flight_are_each_answered_only_after_their_own_record() {
+    let fx = start(&["files"], false, 16);
+    std::fs::write(fx.root.join("a.txt"), b"hello").unwrap();
+    for round in 0..3 {
+        // As many as the connection admits at once.
+        let ids: Vec<String> = (0..16).map(|n| format!("r{round}-{n}")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            let (kind, payload) = if n % 2 == 0 {
+                ("FILE_STAT", json!({"path": "a.txt"}))
+            } else {
+                ("FILE_READ", json!({"path": "a.txt"}))
+            };
+            fx.request(id, kind, payload);
+        }
+        for id in &ids {
+            let reply = fx.reply(id);
+            assert_ne!(reply["type"], "ERROR", "{reply}");
+            // Read as the reply arrives: its record is already in the log.
+            let ops = fx.audit_ops();
+            assert!(
+                ops.iter()
+                    .any(|(_, record)| record["request_id"] == id.as_str()),
+                "{id} answered before its record"
+            );
+        }
+    }
+    assert_eq!(fx.finish(), End::Closed(None));
+}
+
+#[test]
 fn ungranted_capability_is_refused_without_a_record() {
     let fx = start(&["shell"], true, 4);
     fx.request("r1", "FILE_READ", json!({"path": "x"}));

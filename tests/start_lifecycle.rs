@@ -531,6 +531,13 @@ fn an_audit_write_failure_answers_internal_error_and_stops_with_78_at_once() {
     }
     let reply = failed.expect("the audit log never filled up");
     assert_eq!(reply["payload"]["code"], "INTERNAL_ERROR", "{reply}");
+    // The request that ran and whose record failed, not a later refusal.
+    assert!(
+        reply["payload"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not be written")),
+        "{reply}"
+    );
     // Nothing more is sent: the shim closes and exits on its own.
     assert_eq!(shim.wait(Duration::from_secs(5)), 78, "{}", shim.output());
     assert!(

@@ -49,6 +49,6 @@ pub use verify::{Violation, ViolationKind, verify_bytes};
 pub use view::Filter;
 /// The writer thread and the handles that append through it.
 pub use writer::{
-    AuditError, AuditLog, Durable, Entry, Location, RotateReason, SessionAudit, Ticket,
+    AuditError, AuditLog, Durable, Entry, Location, RotateReason, SessionAudit, Then, Ticket,
     WriterOptions, WriterThread, inspect_location,
 };

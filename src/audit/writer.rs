@@ -1,9 +1,11 @@
 //! The audit writer (AUDIT.md §1, §6.1, §8, §9): one thread owns the current
 //! file and the chain; callers submit records over a channel and receive a
-//! [`Ticket`] that completes only once the record is durable.
+//! [`Ticket`] that completes only once the record is durable, or leave a
+//! [`Then`] that the writer runs once it is.
 //!
 //! Records that arrive together share one `fdatasync` (group commit); no
-//! ticket completes before the sync that covers it. A failed append or sync
+//! ticket completes, and no continuation runs, before the sync that covers
+//! it. A failed append or sync
 //! marks the writer unhealthy for good: every later record is refused and the
 //! daemon is expected to fail closed. Every descriptor it opens is
 //! close-on-exec (std's default), so none reaches a command. The writer never restarts a chain
@@ -257,8 +259,63 @@ impl WriterOptions {
     }
 }
 
+/// What the writer does once a record is durable, or once it cannot be:
+/// run on the writer's own thread right after the sync, so the caller's
+/// next step (a response queued for its socket) needs no thread of its own
+/// to wake. It must only hand work on and never wait: no other record is
+/// committed while it runs. Dropped unrun (the writer is gone), it runs
+/// with [`AuditError::Closed`], so its owner always learns the outcome.
+pub struct Then(Option<Step>);
+
+/// The step a [`Then`] holds until it runs.
+type Step = Box<dyn FnOnce(Result<Durable, AuditError>) + Send>;
+
+impl Then {
+    /// Wraps `step`.
+    pub fn new(step: impl FnOnce(Result<Durable, AuditError>) + Send + 'static) -> Then {
+        Then(Some(Box::new(step)))
+    }
+
+    fn run(mut self, result: Result<Durable, AuditError>) {
+        if let Some(step) = self.0.take() {
+            step(result);
+        }
+    }
+}
+
+impl Drop for Then {
+    fn drop(&mut self) {
+        if let Some(step) = self.0.take() {
+            step(Err(AuditError::Closed));
+        }
+    }
+}
+
+impl fmt::Debug for Then {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Then { .. }")
+    }
+}
+
+/// Who learns a record's outcome.
+enum Reply {
+    /// A caller blocked on its [`Ticket`].
+    Ticket(Fill<Result<Durable, AuditError>>),
+    /// A continuation.
+    Then(Then),
+}
+
+impl Reply {
+    fn send(self, result: Result<Durable, AuditError>) {
+        match self {
+            Reply::Ticket(fill) => fill.send(result),
+            Reply::Then(then) => then.run(result),
+        }
+    }
+}
+
 enum Request {
-    Record(Entry, Fill<Result<Durable, AuditError>>),
+    Record(Entry, Reply),
     Rotate(RotateReason, Fill<Result<Option<PathBuf>, AuditError>>),
 }
 
@@ -350,15 +407,25 @@ impl AuditLog {
     /// free-text fields are capped: on the caller's thread, so neither the
     /// queue nor the writer thread ever holds or hashes an oversized field
     /// (the writer's own `AUDIT_ROTATED` holds only file names and numbers).
-    pub fn submit(&self, mut entry: Entry) -> Ticket {
+    pub fn submit(&self, entry: Entry) -> Ticket {
+        let (fill, rx) = handoff::oneshot();
+        self.enqueue(entry, Reply::Ticket(fill));
+        Ticket(rx)
+    }
+
+    /// Submits a record; `then` runs on the writer's thread once it is
+    /// durable (or has failed). See [`Then`] for what it may do.
+    pub fn submit_then(&self, entry: Entry, then: Then) {
+        self.enqueue(entry, Reply::Then(then));
+    }
+
+    fn enqueue(&self, mut entry: Entry, reply: Reply) {
         entry.details = cap_details(std::mem::take(&mut entry.details));
-        let (reply, rx) = handoff::oneshot();
         if !self.is_healthy() {
             reply.send(Err(AuditError::Unhealthy(self.health.reason())));
         } else if let Err(Request::Record(_, reply)) = self.tx.send(Request::Record(entry, reply)) {
             reply.send(Err(AuditError::Closed));
         }
-        Ticket(rx)
     }
 
     /// Writes a record and waits until it is durable.
@@ -403,16 +470,27 @@ impl SessionAudit {
 
     /// Submits a record under the bound session; an explicit other session
     /// is refused and nothing is written.
-    pub fn submit(&self, mut entry: Entry) -> Ticket {
+    pub fn submit(&self, entry: Entry) -> Ticket {
+        let (fill, rx) = handoff::oneshot();
+        self.enqueue(entry, Reply::Ticket(fill));
+        Ticket(rx)
+    }
+
+    /// Submits a record under the bound session; `then` runs once it is
+    /// durable, or at once when it is refused (see [`AuditLog::submit_then`]).
+    pub fn submit_then(&self, entry: Entry, then: Then) {
+        self.enqueue(entry, Reply::Then(then));
+    }
+
+    fn enqueue(&self, mut entry: Entry, reply: Reply) {
         match &entry.session_id {
             Some(s) if *s != self.session_id => {
-                let (reply, rx) = handoff::oneshot();
                 reply.send(Err(AuditError::CrossSession));
-                return Ticket(rx);
+                return;
             }
             _ => entry.session_id = Some(self.session_id.clone()),
         }
-        self.log.submit(entry)
+        self.log.enqueue(entry, reply);
     }
 
     /// Writes a record and waits until it is durable.
@@ -627,7 +705,7 @@ impl State {
     }
 
     fn handle_batch(&mut self, batch: impl Iterator<Item = Request>, health: &Health) {
-        let mut pending: Vec<(Durable, Fill<Result<Durable, AuditError>>)> = Vec::new();
+        let mut pending: Vec<(Durable, Reply)> = Vec::new();
         let mut buffer: Vec<u8> = Vec::new();
         let mut staged = self.chain.clone();
         for request in batch {
@@ -730,7 +808,7 @@ impl State {
     fn commit(
         &mut self,
         buffer: &mut Vec<u8>,
-        pending: &mut Vec<(Durable, Fill<Result<Durable, AuditError>>)>,
+        pending: &mut Vec<(Durable, Reply)>,
         staged: &Chain,
         health: &Health,
     ) {

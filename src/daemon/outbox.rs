@@ -92,6 +92,19 @@ impl<T> Outbox<T> {
         Ok(())
     }
 
+    /// Queues `item` without waiting for room, even beyond the lane's
+    /// capacity: for an item that something else already bounds (a
+    /// response holds its request's slot), sent from a thread that must
+    /// not wait for the writer. Gives it back when the writer is gone.
+    pub(crate) fn send_now(&self, lane: Lane, item: T) -> Result<(), T> {
+        let state = self.lock();
+        if state.writer_gone {
+            return Err(item);
+        }
+        self.push(state, lane, item);
+        Ok(())
+    }
+
     /// Queues `item` unless `lane` is full or the writer is gone.
     pub(crate) fn try_send(&self, lane: Lane, item: T) -> Result<(), T> {
         let state = self.lock();
@@ -199,6 +212,17 @@ mod tests {
         assert_eq!(outbox.try_next(&[Lane::Normal]), Some(1));
         blocked.join().unwrap().unwrap();
         assert_eq!(outbox.try_next(&[Lane::Normal]), Some(4));
+    }
+
+    #[test]
+    fn send_now_queues_beyond_a_full_lane_until_the_writer_is_gone() {
+        let outbox = Outbox::new(1);
+        outbox.send(Lane::Normal, 1).unwrap();
+        outbox.send_now(Lane::Normal, 2).unwrap();
+        assert_eq!(outbox.try_next(&[Lane::Normal]), Some(1));
+        assert_eq!(outbox.try_next(&[Lane::Normal]), Some(2));
+        outbox.close();
+        assert_eq!(outbox.send_now(Lane::Normal, 3), Err(3));
     }
 
     #[test]

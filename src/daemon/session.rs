@@ -11,8 +11,11 @@
 //! machine-wide command limits as it is admitted, on the reader: it is
 //! counted then and refused then, never queued. A response is queued only
 //! after its audit record is durable, and only on the connection its
-//! request came from: when the connection ends its channels close and late
-//! responses are discarded. A request keeps its slot while its response
+//! request came from; unless the operation has a sync of its own to finish
+//! (a written file's), the worker leaves it with the record and the audit
+//! writer queues it right after the sync, so the worker is free meanwhile
+//! and no thread wakes only to pass it on. When the connection ends its
+//! channels close and late responses are discarded. A request keeps its slot while its response
 //! waits for the writer, and every queued frame's bytes count against the
 //! connection's [`Backlog`] until the writer has handed it to the socket;
 //! while the backlog is full no new work is admitted, so a platform that
@@ -34,7 +37,7 @@ use super::capacity::{Admitted, MachineWorkPool, Overloaded, RequestSlots};
 use super::handlers::{self, CommandEntry, CommandGate};
 use super::outbox::{Lane, Next, Outbox};
 use super::pool::{self, Job, WorkerThreads};
-use crate::audit::{AuditLog, Details, Entry, SessionAudit, Ticket};
+use crate::audit::{AuditLog, Details, Entry, SessionAudit, Then, Ticket};
 use crate::exec::{Cancel, ExecContext, PlatformDeadline, Spawner};
 use crate::files::FileContext;
 use crate::jail::Jail;
@@ -109,6 +112,13 @@ impl AuditSink {
         match self {
             AuditSink::Log(log) => log.submit(entry),
             AuditSink::Session(s) => s.submit(entry),
+        }
+    }
+
+    fn submit_then(&self, entry: Entry, then: Then) {
+        match self {
+            AuditSink::Log(log) => log.submit_then(entry, then),
+            AuditSink::Session(s) => s.submit_then(entry, then),
         }
     }
 
@@ -346,18 +356,63 @@ struct Shared {
     /// the connection when it sees this.
     send_failed: OnceLock<Ended>,
     connected_at: Instant,
-    /// Requests handed to the pool and not yet finished.
-    running: Mutex<Running>,
+    /// Requests handed to the pool and not yet answered.
+    running: Arc<Running>,
+}
+
+/// The requests of a connection that are admitted and not yet answered:
+/// the connection's end waits for none to be left. Apart from [`Shared`]
+/// because a request whose answer waits for its record is finished on the
+/// audit writer's thread, which must let go of the connection's state
+/// before the connection's end may go on (the last one to let go of it
+/// drops everything it holds, which is not work for that thread).
+#[derive(Debug, Default)]
+struct Running {
+    count: Mutex<RunningCount>,
     idle: std::sync::Condvar,
 }
 
-/// The count of [`Shared::running`], and whether the connection's end
-/// waits for it to reach zero: only then does a finishing request wake
-/// anyone (a wake-up is a system call whether or not anyone waits).
+/// The count, and whether the connection's end waits for it to reach
+/// zero: only then does a finishing request wake anyone (a wake-up is a
+/// system call whether or not anyone waits).
 #[derive(Debug, Default)]
-struct Running {
+struct RunningCount {
     requests: u64,
     awaited: bool,
+}
+
+impl Running {
+    /// Counts a request until its [`Finished`] is dropped.
+    fn start(self: &Arc<Running>) -> Finished {
+        lock(&self.count).requests += 1;
+        Finished(Arc::clone(self))
+    }
+
+    /// Waits until every request has finished.
+    fn wait_idle(&self) {
+        let mut count = lock(&self.count);
+        count.awaited = true;
+        while count.requests > 0 {
+            count = self
+                .idle
+                .wait(count)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// One admitted request, counted until this is dropped: after its answer
+/// is queued, or once it is known there will be none.
+struct Finished(Arc<Running>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let mut count = lock(&self.0.count);
+        count.requests -= 1;
+        if count.requests == 0 && count.awaited {
+            self.0.idle.notify_all();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -415,8 +470,7 @@ pub fn serve(
         audit_failed: AtomicBool::new(false),
         send_failed: OnceLock::new(),
         connected_at: Instant::now(),
-        running: Mutex::new(Running::default()),
-        idle: std::sync::Condvar::new(),
+        running: Arc::new(Running::default()),
     });
     let writer = {
         let shared = Arc::clone(&shared);
@@ -435,16 +489,7 @@ pub fn serve(
     if let Some(pool) = &shared.setup.machine_pool {
         pool.wake_waiters();
     }
-    {
-        let mut running = lock(&shared.running);
-        running.awaited = true;
-        while running.requests > 0 {
-            running = shared
-                .idle
-                .wait(running)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-    }
+    shared.running.wait_idle();
     let leftovers = std::mem::take(&mut *lock(&shared.leftovers));
     for group in leftovers {
         crate::exec::run::terminate_group(group);
@@ -600,15 +645,10 @@ fn admit(shared: &Arc<Shared>, pool: &WorkerThreads, frame: Frame, received: Ins
     }
     let command = enter_command_limits(shared, &frame.message);
     let runs_a_command = matches!(command, Some(Ok(_)));
-    lock(&shared.running).requests += 1;
+    let finished = shared.running.start();
     let job_shared = Arc::clone(shared);
     let job: Job = Box::new(move || {
-        run_request(&job_shared, admitted, frame, command, received);
-        let mut running = lock(&job_shared.running);
-        running.requests -= 1;
-        if running.requests == 0 && running.awaited {
-            job_shared.idle.notify_all();
-        }
+        run_request(&job_shared, admitted, frame, command, received, finished);
     });
     let job = if runs_a_command {
         match pool::spawn_apart(job) {
@@ -646,11 +686,12 @@ fn enter_command_limits(shared: &Shared, message: &Message) -> Option<CommandEnt
 /// handler, the record, and the response, which goes to the writer with the
 /// request's slot (the writer releases it and sends the edge `STATUS`).
 fn run_request(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     mut admitted: Admitted,
     frame: Frame,
     command: Option<CommandEntry>,
     received: Instant,
+    finished: Finished,
 ) {
     admitted.take_slot();
     let Frame {
@@ -675,13 +716,13 @@ fn run_request(
         },
         None => None,
     };
-    let reply = if shared.cancel.is_cancelled() {
+    let routed = if shared.cancel.is_cancelled() {
         // Admitted before the connection ended: cancelled unrun.
-        None
+        Routed::Now(None)
     } else if shared.backlog.is_full() {
         // The backlog filled while this request waited: running it would
         // only add a response nobody reads.
-        Some(Message::Error(Overloaded::Backlog.to_error()))
+        Routed::Now(Some(Message::Error(Overloaded::Backlog.to_error())))
     } else {
         route(shared, &id, kind, &mut request, command, received)
     };
@@ -689,31 +730,85 @@ fn run_request(
     // A request can be as large as a frame; it is not kept while its
     // response waits.
     drop(request);
-    let Some(message) = reply else {
-        return;
+    let lane = match kind {
+        MessageType::ExecuteCommand => Lane::Urgent,
+        _ => Lane::Normal,
     };
     // A reply to a request that ran is queued even when the connection is
     // ending meanwhile: the writer sends what is queued before a close (an
     // audit failure's INTERNAL_ERROR among it, which the failure itself
     // makes the reader end the connection for), and drops it otherwise.
+    match routed {
+        Routed::Now(None) => {}
+        Routed::Now(Some(message)) => {
+            if let Some(response) = respond(shared, &id, message, admitted) {
+                let _ = shared.outbox.send(lane, Out::Response(response));
+            }
+        }
+        Routed::Recorded(reply, entry) => {
+            // Encoded now, sent only once the record is durable: the
+            // writer then queues it from its own thread, and this worker
+            // is free for the next request meanwhile.
+            let (response, mut unanswered) = match reply {
+                Some(message) => (respond(shared, &id, message, admitted), None),
+                None => (None, Some(admitted)),
+            };
+            let owner = Arc::clone(shared);
+            let then = Then::new(move |durable| {
+                let shared = owner;
+                let response = match durable {
+                    Ok(_) => response,
+                    Err(_) => {
+                        // AUDIT.md §8.3 step 1: the operation is answered
+                        // with the failure, whatever its reply would have
+                        // been.
+                        shared.audit_failed.store(true, Ordering::SeqCst);
+                        let slot = response.map(|r| r.admitted).or(unanswered.take());
+                        slot.and_then(|slot| {
+                            let failed = handlers::error(ErrorCode::InternalError, AUDIT_FAILED);
+                            respond(&shared, &id, failed, slot)
+                        })
+                    }
+                };
+                if let Some(response) = response {
+                    // Never waits for room: the response's slot bounds how
+                    // many there are, and the writer's thread must not wait
+                    // for a platform that does not read.
+                    let _ = shared.outbox.send_now(lane, Out::Response(response));
+                }
+                // The connection's state is let go of before the request
+                // counts as finished (see [`Running`]).
+                drop(shared);
+                drop(unanswered);
+                drop(finished);
+            });
+            shared.setup.audit.submit_then(entry, then);
+            return;
+        }
+    }
+    drop(finished);
+}
+
+/// The response to `id` carrying `message`, encoded and counted against
+/// the backlog; `None` when it cannot be encoded.
+fn respond(shared: &Shared, id: &str, message: Message, admitted: Admitted) -> Option<Response> {
     let response =
         Frame::new(id, now_ts(), message).with_capacity(admitted.capacity_after_release());
-    let Ok(text) = protocol::encode_response(response) else {
-        return;
-    };
+    let text = protocol::encode_response(response).ok()?;
     let held = shared.backlog.hold(text.len());
-    let lane = match kind {
-        MessageType::ExecuteCommand => Lane::Urgent,
-        _ => Lane::Normal,
-    };
-    let _ = shared.outbox.send(
-        lane,
-        Out::Response(Response {
-            text,
-            held,
-            admitted,
-        }),
-    );
+    Some(Response {
+        text,
+        held,
+        admitted,
+    })
+}
+
+/// What handling a request left to do.
+enum Routed {
+    /// Send this reply (if any) now.
+    Now(Option<Message>),
+    /// Send this reply (if any) once this record is durable.
+    Recorded(Option<Message>, Entry),
 }
 
 /// The gates of §5.3–§5.5 and the handler; returns the reply to send.
@@ -726,23 +821,29 @@ fn route(
     message: &mut Message,
     command: Option<CommandEntry>,
     received: Instant,
-) -> Option<Message> {
+) -> Routed {
     let setup = &shared.setup;
     let data = match &setup.serving {
         Serving::Control(control) => {
-            return Some(route_control(shared, control, id, kind, message));
+            return Routed::Now(Some(route_control(shared, control, id, kind, message)));
         }
         Serving::Data(data) => data,
     };
     let Some(capability) = kind.required_capability() else {
         // §5.5: known non-request types are ignored on a data connection.
-        return None;
+        return Routed::Now(None);
     };
     if !setup.granted.iter().any(|g| g == capability.as_str()) {
-        return Some(handlers::not_granted(capability.as_str(), &setup.granted));
+        return Routed::Now(Some(handlers::not_granted(
+            capability.as_str(),
+            &setup.granted,
+        )));
     }
     if !healthy(shared) {
-        return Some(handlers::error(ErrorCode::InternalError, AUDIT_UNHEALTHY));
+        return Routed::Now(Some(handlers::error(
+            ErrorCode::InternalError,
+            AUDIT_UNHEALTHY,
+        )));
     }
     if capability == Capability::LocalLlm {
         let handled = match (&setup.found.llm, message) {
@@ -792,10 +893,10 @@ fn route(
     if !matches!(capability, Capability::Files | Capability::Shell) {
         // Granted but not built: unreachable while such capabilities are
         // never advertised, answered rather than ignored all the same.
-        return Some(handlers::error(
+        return Routed::Now(Some(handlers::error(
             ErrorCode::FeatureNotSupported,
             format!("{} is not supported by this shim.", kind.as_str()),
-        ));
+        )));
     }
     let ctx = handlers::Context {
         files: FileContext {
@@ -864,23 +965,31 @@ impl crate::llm::ChunkSink for Chunks<'_> {
     }
 }
 
-/// Makes a handled request's record durable, then gives its reply; the
-/// operation's last sync runs while the record's does.
-fn finish(shared: &Shared, handled: handlers::Handled) -> Option<Message> {
+/// What remains of a handled request: its reply once its record is
+/// durable. An operation with a last sync of its own (a written file's)
+/// runs it here while the record's runs, and answers only once both are
+/// done; any other leaves its reply to follow its record.
+fn finish(shared: &Shared, handled: handlers::Handled) -> Routed {
     if let Some(group) = handled.leftover_group {
         lock(&shared.leftovers).push(group);
     }
-    let ticket = handled.audit.map(|entry| shared.setup.audit.submit(entry));
-    if let Some(settle) = handled.settle {
-        settle.finish();
-    }
+    let (entry, settle) = match (handled.audit, handled.settle) {
+        (None, None) => return Routed::Now(handled.reply),
+        (Some(entry), None) => return Routed::Recorded(handled.reply, entry),
+        (entry, Some(settle)) => (entry, settle),
+    };
+    let ticket = entry.map(|entry| shared.setup.audit.submit(entry));
+    settle.finish();
     if let Some(ticket) = ticket {
         if ticket.wait().is_err() {
             shared.audit_failed.store(true, Ordering::SeqCst);
-            return Some(handlers::error(ErrorCode::InternalError, AUDIT_FAILED));
+            return Routed::Now(Some(handlers::error(
+                ErrorCode::InternalError,
+                AUDIT_FAILED,
+            )));
         }
     }
-    handled.reply
+    Routed::Now(handled.reply)
 }
 
 /// The control connection (§5.4): the five control requests go to the
