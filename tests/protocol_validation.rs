@@ -532,3 +532,48 @@ fn large_content_marked_base64_that_needs_escaping_is_still_escaped() {
         assert_eq!(protocol::decode(built).unwrap(), frame, "{odd:?}");
     }
 }
+
+/// A response's capacity is stamped again as it leaves: the text must be
+/// what encoding it with the new capacity gives, whatever its id and
+/// payload hold that looks like the member, and however many digits the
+/// number gains or loses.
+#[test]
+fn restamping_a_response_gives_the_text_encoded_with_the_new_capacity() {
+    use protocol::{FileContents, Frame, Message};
+    let decoy = "x\",\"pending_capacity\":9,\"";
+    let ids = ["r1", decoy, "\\\\\",\"pending_capacity\":1"];
+    for id in ids {
+        for (before, after) in [(7u64, 12u64), (12, 7), (0, 0), (3, 1_000_000)] {
+            for content in [decoy.to_owned(), "QUJD".repeat(20_000)] {
+                let make = |capacity: u64| {
+                    Frame::new(
+                        id,
+                        1.5,
+                        Message::FileContents(FileContents {
+                            content: content.clone(),
+                            encoding: protocol::Encoding::Base64,
+                            size_bytes: 3,
+                            truncated: false,
+                        }),
+                    )
+                    .with_capacity(capacity)
+                };
+                let mut text = protocol::encode_response(make(before)).unwrap();
+                assert!(protocol::restamp_capacity(&mut text, after));
+                let expected = protocol::encode_response(make(after)).unwrap();
+                assert!(text == expected, "id {id:?}, {before} -> {after}");
+            }
+        }
+    }
+}
+
+/// A frame without a capacity number is left as it is.
+#[test]
+fn a_frame_without_a_capacity_is_not_restamped() {
+    use protocol::{Frame, Message};
+    let frame = Frame::new("r1", 1.5, Message::Pong(Default::default()));
+    let mut text = protocol::encode(&frame).unwrap();
+    let before = text.clone();
+    assert!(!protocol::restamp_capacity(&mut text, 4));
+    assert_eq!(text, before);
+}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use autogpt_shim::transport::{
     CloseInfo, Connector, FRAGMENT_BYTES, Incoming, Keepalive, KeepaliveAction, MAX_MESSAGE_BYTES,
-    ProxyConfig, Reader, TransportError, Writer,
+    ProxyConfig, QUEUED_TEXT_BYTES, Reader, TransportError, Writer,
 };
 use transport_support::{Answer, PATIENCE, Pki, Server, ServerSocket, drain, report};
 use tungstenite::Message;
@@ -166,6 +166,43 @@ fn a_16_mib_message_can_be_sent() {
     finish(reader, writer, server);
     assert_eq!(received.recv().unwrap(), MAX_MESSAGE_BYTES);
     assert_eq!(received.recv().unwrap(), 5);
+}
+
+#[test]
+fn queued_messages_leave_together_with_the_flush_and_in_order() {
+    let (texts, received) = report();
+    // Each message is reported as it arrives.
+    let (reader, writer, server) = open(move |socket| {
+        while let Ok(message) = socket.read() {
+            if message.is_text() {
+                let _ = texts.send(message);
+            }
+        }
+    });
+    for n in 0..5 {
+        writer.queue_text(format!("q{n}")).unwrap();
+    }
+    assert!(
+        received.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a queued message left before the flush"
+    );
+    writer.flush().unwrap();
+    for n in 0..5 {
+        assert_eq!(
+            received.recv_timeout(PATIENCE).unwrap(),
+            Message::text(format!("q{n}"))
+        );
+    }
+    // A larger one is sent at once, and takes what is queued ahead with it.
+    writer.queue_text("ahead".to_owned()).unwrap();
+    let large = "l".repeat(QUEUED_TEXT_BYTES + 1);
+    writer.queue_text(large.clone()).unwrap();
+    assert_eq!(
+        received.recv_timeout(PATIENCE).unwrap(),
+        Message::text("ahead")
+    );
+    assert!(received.recv_timeout(PATIENCE).unwrap() == Message::text(large));
+    finish(reader, writer, server);
 }
 
 /// A large message leaves in fragments of at most `FRAGMENT_BYTES`, in

@@ -84,6 +84,16 @@ impl Outbound for LinkOut {
             .map_err(|e| Ended::Failed(e.audit_reason()))
     }
 
+    fn send_queued(&mut self, text: String) -> Result<(), Ended> {
+        self.0
+            .queue_text(text)
+            .map_err(|e| Ended::Failed(e.audit_reason()))
+    }
+
+    fn flush(&mut self) -> Result<(), Ended> {
+        self.0.flush().map_err(|e| Ended::Failed(e.audit_reason()))
+    }
+
     fn close(&mut self, code: u16, reason: &str) {
         let _ = self.0.close(code, reason);
     }

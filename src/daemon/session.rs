@@ -93,6 +93,15 @@ pub trait Inbound {
 pub trait Outbound: Send {
     /// Sends one text message.
     fn send(&mut self, text: String) -> Result<(), Ended>;
+    /// Queues one text message that may wait to reach the socket until the
+    /// next [`Outbound::flush`]: the writer has more at hand.
+    fn send_queued(&mut self, text: String) -> Result<(), Ended> {
+        self.send(text)
+    }
+    /// Hands everything queued to the socket.
+    fn flush(&mut self) -> Result<(), Ended> {
+        Ok(())
+    }
     /// Sends a close frame (best effort).
     fn close(&mut self, code: u16, reason: &str);
 }
@@ -726,7 +735,6 @@ fn run_request(
     } else {
         route(shared, &id, kind, &mut request, command, received)
     };
-    drop(permit);
     // A request can be as large as a frame; it is not kept while its
     // response waits.
     drop(request);
@@ -741,16 +749,20 @@ fn run_request(
     match routed {
         Routed::Now(None) => {}
         Routed::Now(Some(message)) => {
-            if let Some(response) = respond(shared, &id, message, admitted) {
+            drop(permit);
+            if let Ok(response) = respond(shared, &id, message, admitted) {
                 let _ = shared.outbox.send(lane, Out::Response(response));
             }
         }
         Routed::Recorded(reply, entry) => {
-            // Encoded now, sent only once the record is durable: the
-            // writer then queues it from its own thread, and this worker
-            // is free for the next request meanwhile.
+            // Encoded now, sent only once the record is durable: the audit
+            // writer then queues it from its own thread, and this worker is
+            // free for the next request meanwhile.
             let (response, mut unanswered) = match reply {
-                Some(message) => (respond(shared, &id, message, admitted), None),
+                Some(message) => match respond(shared, &id, message, admitted) {
+                    Ok(response) => (Some(response), None),
+                    Err(slot) => (None, Some(slot)),
+                },
                 None => (None, Some(admitted)),
             };
             let owner = Arc::clone(shared);
@@ -766,16 +778,19 @@ fn run_request(
                         let slot = response.map(|r| r.admitted).or(unanswered.take());
                         slot.and_then(|slot| {
                             let failed = handlers::error(ErrorCode::InternalError, AUDIT_FAILED);
-                            respond(&shared, &id, failed, slot)
+                            respond(&shared, &id, failed, slot).ok()
                         })
                     }
                 };
                 if let Some(response) = response {
                     // Never waits for room: the response's slot bounds how
-                    // many there are, and the writer's thread must not wait
-                    // for a platform that does not read.
+                    // many there are, and the audit writer's thread must
+                    // not wait for a platform that does not read.
                     let _ = shared.outbox.send_now(lane, Out::Response(response));
                 }
+                // A child runtime's work permit bounds operations until
+                // their records are durable, as the machine's workers did.
+                drop(permit);
                 // The connection's state is let go of before the request
                 // counts as finished (see [`Running`]).
                 drop(shared);
@@ -790,13 +805,20 @@ fn run_request(
 }
 
 /// The response to `id` carrying `message`, encoded and counted against
-/// the backlog; `None` when it cannot be encoded.
-fn respond(shared: &Shared, id: &str, message: Message, admitted: Admitted) -> Option<Response> {
+/// the backlog; the request's slot back when it cannot be encoded.
+fn respond(
+    shared: &Shared,
+    id: &str,
+    message: Message,
+    admitted: Admitted,
+) -> Result<Response, Admitted> {
     let response =
         Frame::new(id, now_ts(), message).with_capacity(admitted.capacity_after_release());
-    let text = protocol::encode_response(response).ok()?;
+    let Ok(text) = protocol::encode_response(response) else {
+        return Err(admitted);
+    };
     let held = shared.backlog.hold(text.len());
-    Some(Response {
+    Ok(Response {
         text,
         held,
         admitted,
@@ -1092,13 +1114,27 @@ fn write_loop(shared: &Shared, out: impl Outbound) {
 
 fn write_frames(shared: &Shared, mut out: impl Outbound) {
     let mut next_status = Instant::now() + STATUS_INTERVAL;
+    // Frames queued on the socket since its last flush: what is at hand
+    // leaves together, flushed once the outbox is empty.
+    let mut queued = 0;
     loop {
-        let item = match shared.outbox.next(next_status) {
-            Next::Item(item) => item,
-            Next::Timeout => {
-                next_status += STATUS_INTERVAL;
-                send_status(shared);
-                continue;
+        let item = match shared.outbox.try_next(&LANES) {
+            Some(item) => item,
+            None => {
+                if queued > 0 {
+                    queued = 0;
+                    if !flush(shared, &mut out) {
+                        return;
+                    }
+                }
+                match shared.outbox.next(next_status) {
+                    Next::Item(item) => item,
+                    Next::Timeout => {
+                        next_status += STATUS_INTERVAL;
+                        send_status(shared);
+                        continue;
+                    }
+                }
             }
         };
         match item {
@@ -1120,36 +1156,67 @@ fn write_frames(shared: &Shared, mut out: impl Outbound) {
                 if !deliver(shared, &mut out, item) {
                     return;
                 }
+                queued += 1;
+                if queued >= QUEUED_FRAMES {
+                    queued = 0;
+                    if !flush(shared, &mut out) {
+                        return;
+                    }
+                }
             }
         }
     }
 }
 
-/// Hands one frame or response to the socket; false once the connection
-/// cannot take more (a send failed, and the reader has been told) or the
-/// item ends the connection.
+/// Every lane, highest first.
+const LANES: [Lane; 3] = [Lane::Priority, Lane::Urgent, Lane::Normal];
+
+/// Frames the writer queues on the socket at most before it flushes them,
+/// however many more are at hand: a `PONG` behind them waits for no more
+/// than these (each at most `QUEUED_TEXT_BYTES`; a larger frame is sent
+/// at once, and flushes what is queued ahead of it).
+const QUEUED_FRAMES: usize = 16;
+
+/// Hands what is queued to the socket; false once a send failed (and the
+/// reader has been told).
+fn flush(shared: &Shared, out: &mut impl Outbound) -> bool {
+    match out.flush() {
+        Ok(()) => true,
+        Err(failure) => {
+            let _ = shared.send_failed.set(failure);
+            false
+        }
+    }
+}
+
+/// Queues one frame or response on the socket (the caller flushes); false
+/// once the connection cannot take more (a send failed, and the reader has
+/// been told) or the item ends the connection.
 fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
     let sent = match item {
         Out::Frame(text, held) => {
-            let sent = out.send(text);
+            let sent = out.send_queued(text);
             drop(held);
             sent
         }
         Out::Response(Response {
-            text,
+            mut text,
             held,
             admitted,
         }) => {
             // The slot is given back as the response goes to the socket,
             // not after: a platform that answers its arrival at once finds
-            // the capacity the response announced.
+            // the capacity the response announced, which is stamped now
+            // (the response was encoded before its record was durable, and
+            // requests admitted meanwhile count).
             let released = admitted.finish();
-            let sent = out.send(text);
+            protocol::restamp_capacity(&mut text, released.pending_capacity);
+            let sent = out.send_queued(text);
             drop(held);
             // §9.2: right after the response that ended saturation.
             match sent {
                 Ok(()) if released.edge_status => {
-                    status_frame(shared).map_or(Ok(()), |s| out.send(s))
+                    status_frame(shared).map_or(Ok(()), |s| out.send_queued(s))
                 }
                 sent => sent,
             }

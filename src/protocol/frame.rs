@@ -215,6 +215,33 @@ pub fn encode_response(mut frame: Frame) -> Result<String, EncodeError> {
     encode(&substitute)
 }
 
+/// Rewrites the `pending_capacity` of a response that [`encode_response`]
+/// encoded, as its request releases its slot (PROTOCOL.md §9.1): the
+/// response is encoded when its reply is ready, possibly before its record
+/// is durable, and the capacity it announces must be the one it leaves.
+/// False, with `text` unchanged, when `text` carries no capacity number.
+///
+/// The envelope's member is the first `,"pending_capacity":` of the text:
+/// inside a JSON string every `"` is escaped, so a comma followed by a
+/// quote occurs only between members, and the envelope's members come
+/// before its payload.
+pub fn restamp_capacity(text: &mut String, capacity: u64) -> bool {
+    const MEMBER: &str = ",\"pending_capacity\":";
+    let Some(at) = text.find(MEMBER) else {
+        return false;
+    };
+    let start = at + MEMBER.len();
+    let digits = text.as_bytes()[start..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    if digits == 0 {
+        return false;
+    }
+    text.replace_range(start..start + digits, &capacity.to_string());
+    true
+}
+
 /// Whether `text` serializes as itself between quotes: printable ASCII
 /// other than `"` and `\`, as base64 is. Checked, not trusted from the
 /// `encoding` label, in one pass without an early exit so that it runs

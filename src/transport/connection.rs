@@ -56,6 +56,11 @@ const MAX_CLOSE_REASON_BYTES: usize = 123;
 /// fragments of this size (see [`Writer::send_text`]).
 pub const FRAGMENT_BYTES: usize = 1 << 20;
 
+/// The largest message [`Writer::queue_text`] leaves queued for a later
+/// flush; a larger one is worth its own system call, and the codec's
+/// buffer never holds more than a few of these beyond its write size.
+pub const QUEUED_TEXT_BYTES: usize = 16 * 1024;
+
 /// What one reader turn produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
@@ -530,6 +535,35 @@ impl Writer {
         Ok(())
     }
 
+    /// Queues one text message behind what is queued, without waiting for
+    /// it to reach the socket: for a sender with more messages at hand,
+    /// which calls [`Writer::flush`] once it has queued them, so that they
+    /// leave together (one TLS record and one system call rather than one
+    /// each). A message over [`QUEUED_TEXT_BYTES`] is sent at once, with
+    /// what is queued ahead of it, as [`Writer::send_text`] sends it; so is
+    /// one the socket does not take while it is queued.
+    pub fn queue_text(&self, text: String) -> Result<(), TransportError> {
+        if text.len() > QUEUED_TEXT_BYTES {
+            return self.send_text(text);
+        }
+        let _sending = self
+            .shared
+            .sending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.write_then(|socket| socket.write(Message::Text(text.into())), false)
+    }
+
+    /// Waits until everything queued is handed to the socket.
+    pub fn flush(&self) -> Result<(), TransportError> {
+        let _sending = self
+            .shared
+            .sending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.write_with(|_| Ok(()))
+    }
+
     /// Ends the connection at once, both ways and without a close frame:
     /// a write waiting for the peer fails now, and so does every later read
     /// and write. For a connection that can no longer answer what it reads.
@@ -577,11 +611,25 @@ impl Writer {
         &self,
         op: impl FnOnce(&mut WebSocket<Stream>) -> tungstenite::Result<()>,
     ) -> Result<(), TransportError> {
+        self.write_then(op, true)
+    }
+
+    /// Queues with `op`; flushes as [`Writer::write_with`] does when
+    /// `flush` is set, or when the socket did not take what `op` wrote out.
+    fn write_then(
+        &self,
+        op: impl FnOnce(&mut WebSocket<Stream>) -> tungstenite::Result<()>,
+        flush: bool,
+    ) -> Result<(), TransportError> {
         let mut written;
         {
             let mut turn = self.shared.turn()?;
             let socket = &mut *turn.socket;
-            match op(socket).and_then(|()| socket.flush()) {
+            let queued = op(socket);
+            if !flush && queued.is_ok() {
+                return Ok(());
+            }
+            match queued.and_then(|()| socket.flush()) {
                 Ok(()) => {
                     self.shared.flushed();
                     return Ok(());

@@ -34,7 +34,8 @@ mod url;
 
 /// The open connection, shared by one reader and writer threads.
 pub use connection::{
-    CloseInfo, Connection, FRAGMENT_BYTES, Incoming, READ_TURN, Reader, WRITE_STALL_TIMEOUT, Writer,
+    CloseInfo, Connection, FRAGMENT_BYTES, Incoming, QUEUED_TEXT_BYTES, READ_TURN, Reader,
+    WRITE_STALL_TIMEOUT, Writer,
 };
 /// Opening a connection, step by step.
 pub use connector::{Connector, OPENING_TIMEOUT, Step, websocket_config};
