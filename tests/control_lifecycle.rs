@@ -712,15 +712,13 @@ fn control_requests_beyond_max_concurrent_are_overloaded() {
     let emulator = emulator();
     let mut shim = Shim::start_control(&home, &emulator, &[]);
     let (conn, _) = accept_with(&emulator, &HelloAck::new().max_concurrent(1));
-    // Each DETACH makes a record durable (an fdatasync), so requests sent
-    // back to back arrive while the first is still being handled; enough of
-    // them that a busy machine cannot space them all out.
-    let ids: Vec<String> = (0..200)
-        .map(|n| {
-            conn.request("DETACH_SESSION", json!({"session_id": format!("gone-{n}")}))
-                .unwrap()
-        })
+    // Each DETACH makes a record durable (an fdatasync), so requests that
+    // arrive together find the first still being handled: they are written
+    // out at once, so that a busy machine cannot space them out.
+    let requests: Vec<(&str, Value)> = (0..200)
+        .map(|n| ("DETACH_SESSION", json!({"session_id": format!("gone-{n}")})))
         .collect();
+    let ids = conn.request_all(&requests).unwrap();
     let replies: Vec<Value> = ids
         .iter()
         .map(|id| conn.wait_response(id, WAIT).unwrap())

@@ -163,6 +163,8 @@ pub(crate) struct RequestInfo {
 
 enum Command {
     Send(Message, Option<Sent>, Sender<io::Result<()>>),
+    /// Several messages written out together, in one flush.
+    SendAll(Vec<(Message, Option<Sent>)>, Sender<io::Result<()>>),
     Close(u16, String, Sender<io::Result<()>>),
     DropTcp(Sender<io::Result<()>>),
 }
@@ -387,6 +389,25 @@ impl Conn {
         let id = wire::uuid_v4();
         self.send(&wire::envelope(message_type, &id, payload))?;
         Ok(id)
+    }
+
+    /// Requests like [`Conn::request`], written out together so that they
+    /// reach the shim at once, however busy the machine; returns their ids
+    /// in order.
+    pub fn request_all(&self, requests: &[(&str, Value)]) -> io::Result<Vec<String>> {
+        let mut ids = Vec::with_capacity(requests.len());
+        let mut messages = Vec::with_capacity(requests.len());
+        for (message_type, payload) in requests {
+            let id = wire::uuid_v4();
+            let frame = wire::envelope(message_type, &id, payload.clone());
+            let text = frame.to_string();
+            let sent = Sent::of_frame(&frame, &text);
+            messages.push((Message::text(text), sent));
+            ids.push(id);
+        }
+        let (reply, result) = crossbeam_channel::bounded(1);
+        self.command(Command::SendAll(messages, reply), &result)?;
+        Ok(ids)
     }
 
     /// [`Conn::request`] then [`Conn::wait_response`]; a missing response is
@@ -805,6 +826,22 @@ fn run_commands(
                 // arrive ahead of its request.
                 if let (Ok(()), Some(sent)) = (&result, sent) {
                     judge.sent(sent, Instant::now());
+                }
+                let _ = reply.send(result);
+            }
+            Ok(Command::SendAll(messages, reply)) => {
+                let mut result = Ok(());
+                for (message, sent) in messages {
+                    result = ws.write(message).map_err(to_io);
+                    if result.is_err() {
+                        break;
+                    }
+                    if let Some(sent) = sent {
+                        judge.sent(sent, Instant::now());
+                    }
+                }
+                if result.is_ok() {
+                    result = ws.flush().map_err(to_io);
                 }
                 let _ = reply.send(result);
             }
