@@ -7,7 +7,9 @@
 //! (reader, writer, admission, capability gate), which hands admitted
 //! requests to the `pool`'s worker threads; a worker runs the operation
 //! through `handlers` under the machine-wide limits of `capacity`, and
-//! the record is made durable before the response is queued. `handshake`
+//! the record is made durable before the response is queued (by the audit
+//! writer, right after its sync, unless the operation has a sync of its
+//! own for the worker to finish). `handshake`
 //! and `capacity` are sans-IO: they take frames, settings and `Instant`s
 //! and return decisions.
 
