@@ -541,7 +541,12 @@ fn large_content_marked_base64_that_needs_escaping_is_still_escaped() {
 fn restamping_a_response_gives_the_text_encoded_with_the_new_capacity() {
     use protocol::{FileContents, Frame, Message};
     let decoy = "x\",\"pending_capacity\":9,\"";
-    let ids = ["r1", decoy, "\\\\\",\"pending_capacity\":1"];
+    let ids = [
+        "r1",
+        decoy,
+        "\\\\\",\"pending_capacity\":1",
+        "ends with a comma,",
+    ];
     for id in ids {
         for (before, after) in [(7u64, 12u64), (12, 7), (0, 0), (3, 1_000_000)] {
             for content in [decoy.to_owned(), "QUJD".repeat(20_000)] {
@@ -565,6 +570,46 @@ fn restamping_a_response_gives_the_text_encoded_with_the_new_capacity() {
             }
         }
     }
+}
+
+/// A frame at the 16 MiB cap keeps its capacity rather than grow past it.
+#[test]
+fn a_frame_at_the_cap_is_not_restamped_past_it() {
+    use protocol::{Frame, Message};
+    let make = |content: String| {
+        Frame::new(
+            "r1",
+            1.5,
+            Message::FileContents(protocol::FileContents {
+                content,
+                encoding: protocol::Encoding::Base64,
+                size_bytes: 3,
+                truncated: false,
+            }),
+        )
+        .with_capacity(9)
+    };
+    let overhead = protocol::encode_response(make(String::new()))
+        .unwrap()
+        .len();
+    let mut text = protocol::encode_response(make(
+        "QUJD".repeat((MAX_WEBSOCKET_MESSAGE_BYTES - overhead) / 4),
+    ))
+    .unwrap();
+    let padding = MAX_WEBSOCKET_MESSAGE_BYTES - text.len();
+    if padding > 0 {
+        text = protocol::encode_response(make(
+            "QUJD".repeat((MAX_WEBSOCKET_MESSAGE_BYTES - overhead) / 4) + &"=".repeat(padding),
+        ))
+        .unwrap();
+    }
+    assert_eq!(text.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
+    let before = text.clone();
+    assert!(!protocol::restamp_capacity(&mut text, 10));
+    assert!(text == before);
+    // The same number of digits still fits.
+    assert!(protocol::restamp_capacity(&mut text, 8));
+    assert_eq!(text.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
 }
 
 /// A frame without a capacity number is left as it is.

@@ -747,7 +747,7 @@ fn run_request(
     // audit failure's INTERNAL_ERROR among it, which the failure itself
     // makes the reader end the connection for), and drops it otherwise.
     match routed {
-        Routed::Now(None) => {}
+        Routed::Now(None) => drop(permit),
         Routed::Now(Some(message)) => {
             drop(permit);
             if let Ok(response) = respond(shared, &id, message, admitted) {
@@ -1151,7 +1151,14 @@ fn write_frames(shared: &Shared, mut out: impl Outbound) {
                 out.close(code, reason);
                 return;
             }
-            Out::Stop => return,
+            Out::Stop => {
+                // What this batch queued goes as far as the ending
+                // connection takes it.
+                if queued > 0 {
+                    let _ = out.flush();
+                }
+                return;
+            }
             item => {
                 if !deliver(shared, &mut out, item) {
                     return;

@@ -219,12 +219,16 @@ pub fn encode_response(mut frame: Frame) -> Result<String, EncodeError> {
 /// encoded, as its request releases its slot (PROTOCOL.md §9.1): the
 /// response is encoded when its reply is ready, possibly before its record
 /// is durable, and the capacity it announces must be the one it leaves.
-/// False, with `text` unchanged, when `text` carries no capacity number.
+/// False, with `text` unchanged, when `text` carries no capacity number,
+/// or when the new number's extra digits would take the frame over the
+/// 16 MiB cap (it then keeps the capacity of its encoding).
 ///
-/// The envelope's member is the first `,"pending_capacity":` of the text:
-/// inside a JSON string every `"` is escaped, so a comma followed by a
-/// quote occurs only between members, and the envelope's members come
-/// before its payload.
+/// The envelope's member is the first `,"pending_capacity":` of the text.
+/// Inside a JSON string every `"` is escaped, so a `"` right after a comma
+/// opens a string or closes one; a closing quote is never followed by
+/// `pending_capacity":`, and an opening one after a comma starts an object
+/// key (an array element is never followed by `:`). The envelope's members
+/// come first, in a fixed order, and none before it can hold an object.
 pub fn restamp_capacity(text: &mut String, capacity: u64) -> bool {
     const MEMBER: &str = ",\"pending_capacity\":";
     let Some(at) = text.find(MEMBER) else {
@@ -238,7 +242,11 @@ pub fn restamp_capacity(text: &mut String, capacity: u64) -> bool {
     if digits == 0 {
         return false;
     }
-    text.replace_range(start..start + digits, &capacity.to_string());
+    let number = capacity.to_string();
+    if text.len() - digits + number.len() > MAX_WEBSOCKET_MESSAGE_BYTES {
+        return false;
+    }
+    text.replace_range(start..start + digits, &number);
     true
 }
 
