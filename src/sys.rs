@@ -11,7 +11,8 @@
 //! count of a socket's bytes its peer has not acknowledged (the keepalive);
 //! taking a secret variable out of the process environment, including the
 //! initial environment block the kernel shows in `/proc/<pid>/environ`; the
-//! C allocator's threshold for giving large allocations back; and the GPIO
+//! C allocator's threshold for giving large allocations back; starting the
+//! write-out of a file's range ahead of its `fsync`; and the GPIO
 //! chip-information ioctl of hardware discovery (CAPABILITIES.md §6); and
 //! the pidfd of a Unix socket's peer (the approval socket).
 //!
@@ -485,6 +486,28 @@ pub fn unacknowledged_bytes(fd: BorrowedFd<'_>) -> Option<u64> {
 pub fn unacknowledged_bytes(_fd: BorrowedFd<'_>) -> Option<u64> {
     None
 }
+
+/// Asks the kernel to start writing `len` bytes of the file `fd` from
+/// `offset` to its disk now, without waiting (`sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`). A hint only: it makes nothing durable, a later
+/// `fsync` still does that; it lets the disk work on the first pieces of a
+/// large write while the rest is produced, so the `fsync` waits for less.
+/// Failures are ignored for that reason.
+#[cfg(target_os = "linux")]
+pub fn start_writeback(fd: BorrowedFd<'_>, offset: u64, len: u64) {
+    // glibc takes `off64_t`, musl `off_t`; both are 64-bit here.
+    let (Ok(offset), Ok(len)) = (offset.try_into(), len.try_into()) else {
+        return;
+    };
+    // SAFETY: `fd` is an open descriptor borrowed for the call; the call
+    // takes no pointers and only schedules I/O on that file.
+    let _ =
+        unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
+/// Elsewhere the final `fsync` does all of the writing.
+#[cfg(not(target_os = "linux"))]
+pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 
 /// Allocations of at least this many bytes get a mapping of their own.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

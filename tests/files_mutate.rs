@@ -393,6 +393,42 @@ fn write_base64_writes_the_decoded_bytes() {
 }
 
 #[test]
+fn a_large_write_lands_every_byte_in_order_whatever_its_encoding() {
+    // Over a megabyte is written in several pieces; bytes that never
+    // repeat their pattern would show a piece out of place or missing.
+    let mut state = 0x2545_f491_u32;
+    let raw: Vec<u8> = (0..1_300_001)
+        .map(|_| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 24) as u8
+        })
+        .collect();
+    let text: String = raw.iter().map(|b| char::from(b'a' + b % 26)).collect();
+    both(|fx| {
+        for (name, content, encoding, expected) in [
+            (
+                "big.bin",
+                files::base64::encode(&raw),
+                Encoding::Base64,
+                raw.as_slice(),
+            ),
+            ("big.txt", text.clone(), Encoding::Utf8, text.as_bytes()),
+        ] {
+            let req = FileWrite {
+                path: fx.p(name),
+                content,
+                encoding,
+                create_parents: false,
+            };
+            let o = files::write(&fx.ctx_with(0o022, 2 << 20), req);
+            assert_ack(fx, &o);
+            assert!(std::fs::read(fx.at(name)).unwrap() == expected, "{name}");
+            assert_eq!(details(&o)["size_bytes_written"], expected.len());
+        }
+    });
+}
+
+#[test]
 fn new_file_gets_0666_minus_umask() {
     both(|fx| {
         let o = files::write(

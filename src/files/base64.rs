@@ -15,7 +15,7 @@ use base64::alphabet;
 use base64::engine::general_purpose::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
-/// The decoder behind [`decode_strict`]: it only ever sees data characters
+/// The decoder behind [`Checked`]: it only ever sees data characters
 /// already checked here, so it needs no padding, and it keeps Python's
 /// tolerance of non-zero unused bits in the last group.
 const DECODER: GeneralPurpose = GeneralPurpose::new(
@@ -25,7 +25,7 @@ const DECODER: GeneralPurpose = GeneralPurpose::new(
         .with_decode_padding_mode(DecodePaddingMode::RequireNone),
 );
 
-/// Why [`decode_strict`] refused a text. The `Display` form is a short
+/// Why [`check_strict`] refused a text. The `Display` form is a short
 /// reason; the caller prefixes it with "Bad base64: ".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Base64Error {
@@ -80,6 +80,14 @@ impl fmt::Display for Base64Error {
 
 impl std::error::Error for Base64Error {}
 
+/// For a sink of [`Checked::decode_pieces`] that does I/O; the message
+/// carries the prefix callers put before a reason.
+impl From<Base64Error> for std::io::Error {
+    fn from(e: Base64Error) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("Bad base64: {e}"))
+    }
+}
+
 /// Encodes `bytes` with the standard alphabet and `=` padding, without line
 /// breaks. The output is exactly `4 × ceil(len / 3)` characters.
 pub fn encode(bytes: &[u8]) -> String {
@@ -115,11 +123,21 @@ fn all_data(bytes: &[u8]) -> bool {
     })
 }
 
-/// Input characters decoded per step of [`decode_strict`]: a multiple of 4,
-/// so that every step but the last is whole groups.
+/// Input characters decoded per step of [`Checked::into_bytes`]: a
+/// multiple of 4, so that every step but the last is whole groups.
 const STEP_CHARS: usize = 16 * 1024;
 
-/// Decodes `text` under the strict rules of FILES.md §2.2 step 2:
+/// A text that [`check_strict`] accepted: its decoded length is known and
+/// decoding it cannot be refused.
+#[derive(Debug)]
+pub struct Checked {
+    text: String,
+    /// Characters before the trailing `=`: all of them data.
+    data_len: usize,
+}
+
+/// Checks `text` against the strict rules of FILES.md §2.2 step 2 without
+/// decoding it:
 ///
 /// * only `A–Z a–z 0–9 + / =`;
 /// * `=` is never first, and after the first `=` only `=` may follow;
@@ -128,49 +146,91 @@ const STEP_CHARS: usize = 16 * 1024;
 ///   number (including none);
 /// * non-zero unused bits in the last group are ignored (`"QR=="` → `A`);
 /// * the empty text decodes to no bytes.
-///
-/// The bytes are decoded into the text's own buffer, which is handed back:
-/// a request's content is never alive twice (the decoded bytes are shorter
-/// than the text and always written behind the point being read).
-pub fn decode_strict(text: String) -> Result<Vec<u8>, Base64Error> {
+pub fn check_strict(text: String) -> Result<Checked, Base64Error> {
     // Valid text is the common case and is checked in one fast pass; only a
     // refused one is walked again, in text order, for the exact reason.
     let bytes = text.as_bytes();
     let padding = bytes.iter().rev().take_while(|&&b| b == b'=').count();
     let data_len = bytes.len() - padding;
-    let data = &bytes[..data_len];
-    if !all_data(data) {
+    if !all_data(&bytes[..data_len]) {
         return Err(refusal(bytes));
     }
     check_groups(data_len, padding)?;
+    Ok(Checked { text, data_len })
+}
 
-    let mut buffer = text.into_bytes();
-    let mut step = vec![0u8; STEP_CHARS / 4 * 3];
-    let mut read = 0;
-    let mut written = 0;
-    while read < data_len {
-        let end = (read + STEP_CHARS).min(data_len);
-        let produced = DECODER
-            .decode_slice(&buffer[read..end], &mut step)
-            // The checks above leave the decoder nothing to refuse; should
-            // it, the reason names where it stopped.
-            .map_err(|e| match e {
-                base64::DecodeSliceError::DecodeError(base64::DecodeError::InvalidByte(
-                    offset,
-                    _,
-                )) => Base64Error::InvalidCharacter {
-                    offset: read + offset,
-                },
-                _ => Base64Error::IncompleteGroup,
-            })?;
-        // `written` trails `read` by a quarter, so this never reaches a
-        // character that is still to be decoded.
-        buffer[written..written + produced].copy_from_slice(&step[..produced]);
-        written += produced;
-        read = end;
+/// [`check_strict`], then [`Checked::into_bytes`].
+pub fn decode_strict(text: String) -> Result<Vec<u8>, Base64Error> {
+    check_strict(text)?.into_bytes()
+}
+
+impl Checked {
+    /// How many bytes the text decodes to.
+    pub fn decoded_len(&self) -> usize {
+        // A last group of two data characters holds one byte, of three two.
+        self.data_len / 4 * 3 + (self.data_len % 4).saturating_sub(1)
     }
-    buffer.truncate(written);
-    Ok(buffer)
+
+    /// Decodes the text in order, handing `sink` pieces of at most
+    /// `piece_chars / 4 × 3` bytes (`piece_chars` is rounded down to whole
+    /// groups, and at least one). Nothing is decoded ahead of the piece the
+    /// sink is given, so a large text needs one piece of memory besides
+    /// itself, and the sink's work on a piece (writing it out) happens
+    /// before the next is decoded.
+    pub fn decode_pieces<E: From<Base64Error>>(
+        &self,
+        piece_chars: usize,
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let piece_chars = (piece_chars / 4).max(1) * 4;
+        let data = &self.text.as_bytes()[..self.data_len];
+        let mut piece = vec![0u8; piece_chars.min(self.data_len.next_multiple_of(4)) / 4 * 3];
+        for (index, chars) in data.chunks(piece_chars).enumerate() {
+            let produced = decode_run(chars, index * piece_chars, &mut piece)?;
+            sink(&piece[..produced])?;
+        }
+        Ok(())
+    }
+
+    /// Decodes the whole text into its own buffer, which is handed back: a
+    /// content is never alive twice (the decoded bytes are shorter than the
+    /// text and always written behind the point being read).
+    pub fn into_bytes(self) -> Result<Vec<u8>, Base64Error> {
+        let data_len = self.data_len;
+        let mut buffer = self.text.into_bytes();
+        let mut step = vec![0u8; STEP_CHARS / 4 * 3];
+        let mut read = 0;
+        let mut written = 0;
+        while read < data_len {
+            let end = (read + STEP_CHARS).min(data_len);
+            let produced = decode_run(&buffer[read..end], read, &mut step)?;
+            // `written` trails `read` by a quarter, so this never reaches a
+            // character that is still to be decoded.
+            buffer[written..written + produced].copy_from_slice(&step[..produced]);
+            written += produced;
+            read = end;
+        }
+        buffer.truncate(written);
+        Ok(buffer)
+    }
+}
+
+/// Decodes `chars`, data characters that start at `offset` in the text,
+/// into `out`, which has room for `⌈len / 4⌉ × 3` bytes; returns how many
+/// bytes it made.
+fn decode_run(chars: &[u8], offset: usize, out: &mut [u8]) -> Result<usize, Base64Error> {
+    DECODER
+        .decode_slice(chars, out)
+        // The checks leave the decoder nothing to refuse; should it, the
+        // reason names where it stopped.
+        .map_err(|e| match e {
+            base64::DecodeSliceError::DecodeError(base64::DecodeError::InvalidByte(at, _)) => {
+                Base64Error::InvalidCharacter {
+                    offset: offset + at,
+                }
+            }
+            _ => Base64Error::IncompleteGroup,
+        })
 }
 
 /// The padding rules, once every data character is known to be valid.
@@ -231,6 +291,63 @@ mod tests {
         for b in 0..=u8::MAX {
             assert_eq!(all_data(&[b]), is_data(b), "byte {b:#04x}");
         }
+    }
+
+    #[test]
+    fn pieces_join_to_the_whole_decoding_for_every_piece_size() {
+        let raw: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        for len in [0, 1, 2, 3, 4, 5, 299, 300, 301, 1000] {
+            let text = encode(&raw[..len]);
+            for piece_chars in [0, 1, 4, 5, 8, 12, 400, 4096] {
+                let checked = check_strict(text.clone()).unwrap();
+                assert_eq!(checked.decoded_len(), len);
+                let mut joined = Vec::new();
+                let mut largest = 0;
+                checked
+                    .decode_pieces(piece_chars, |piece| {
+                        largest = largest.max(piece.len());
+                        joined.extend_from_slice(piece);
+                        Ok::<_, Base64Error>(())
+                    })
+                    .unwrap();
+                assert_eq!(
+                    joined,
+                    &raw[..len],
+                    "{len} bytes in pieces of {piece_chars}"
+                );
+                assert!(largest <= (piece_chars / 4).max(1) * 3);
+            }
+        }
+    }
+
+    #[test]
+    fn decoded_len_counts_a_short_last_group_and_ignores_extra_padding() {
+        for (text, len) in [
+            ("", 0),
+            ("QQ==", 1),
+            ("QUI=", 2),
+            ("QUJD", 3),
+            ("QUJD====", 3),
+        ] {
+            assert_eq!(check_strict(text.to_owned()).unwrap().decoded_len(), len);
+            assert_eq!(decode_strict(text.to_owned()).unwrap().len(), len);
+        }
+    }
+
+    #[test]
+    fn a_sink_error_stops_the_decoding_at_that_piece() {
+        let checked = check_strict(encode(&[7; 30])).unwrap();
+        let mut pieces = 0;
+        let stopped = checked.decode_pieces(8, |_| {
+            pieces += 1;
+            if pieces == 2 {
+                Err(Base64Error::IncompleteGroup)
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(stopped, Err(Base64Error::IncompleteGroup));
+        assert_eq!(pieces, 2);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use super::{FileContext, FileError, FileOutcome, JailedError, SizeExcess, Step, 
 use crate::audit::Details;
 use crate::jail::{Decision, EnforceError, Jail};
 use crate::protocol::{Ack, Encoding, FileWrite, Message, MessageType};
+use crate::sys;
 
 /// How many temporary names are tried before giving up (FILES.md §2.4 4.1).
 const TEMP_TRIES: usize = 10;
@@ -59,17 +60,17 @@ impl Settle {
 
 /// [`write`], leaving the directory's sync to the caller.
 pub fn write_settling(ctx: &FileContext<'_>, req: &mut FileWrite) -> (FileOutcome, Option<Settle>) {
-    // Decoding does not depend on the path, so it is done once even if the
-    // jail re-decides after a race; its error is reported only after the
-    // jail accepted the path (FILES.md §2.2: the jail comes first).
-    let decoded = decode(req);
+    // Checking the content does not depend on the path, so it is done once
+    // even if the jail re-decides after a race; its error is reported only
+    // after the jail accepted the path (FILES.md §2.2: the jail comes first).
+    let content = content(req);
     let mut shown = None;
     let mut written = 0u64;
     let mut settle = None;
     let result = jailed(ctx.jail, &req.path, |d| {
         shown = Some(d.resolved.clone());
-        let bytes = decoded.as_ref().map_err(|e| Step::Fail(e.clone()))?;
-        let size = bytes.len() as u64;
+        let content = content.as_ref().map_err(|e| Step::Fail(e.clone()))?;
+        let size = content.len();
         if size > ctx.max_file_size_bytes {
             return Err(Step::Fail(FileError::too_large(
                 format!("{size} bytes exceeds limit {}", ctx.max_file_size_bytes),
@@ -80,7 +81,7 @@ pub fn write_settling(ctx: &FileContext<'_>, req: &mut FileWrite) -> (FileOutcom
                 },
             )));
         }
-        settle = write_decided(ctx, req.create_parents, d, bytes)?;
+        settle = write_decided(ctx, req.create_parents, d, content)?;
         written = size;
         Ok(())
     });
@@ -107,14 +108,63 @@ pub fn write_settling(ctx: &FileContext<'_>, req: &mut FileWrite) -> (FileOutcom
     (outcome, settle)
 }
 
-/// FILES.md §2.2 step 2: the bytes to write. They take the content's place
-/// in the request rather than sit beside it: a 10 MiB write holds one copy.
-fn decode(req: &mut FileWrite) -> Result<Vec<u8>, FileError> {
+/// FILES.md §2.2 step 2: the content to write, checked. It takes the
+/// content's place in the request rather than sit beside it.
+fn content(req: &mut FileWrite) -> Result<Content, FileError> {
     let content = std::mem::take(&mut req.content);
     match req.encoding {
-        Encoding::Utf8 => Ok(content.into_bytes()),
-        Encoding::Base64 => super::base64::decode_strict(content)
+        Encoding::Utf8 => Ok(Content::Bytes(content.into_bytes())),
+        Encoding::Base64 => super::base64::check_strict(content)
+            .map(Content::Base64)
             .map_err(|e| FileError::internal(format!("Bad base64: {e}"))),
+    }
+}
+
+/// What a `FILE_WRITE` puts in the file: its bytes, or its base64 text,
+/// checked already and decoded piece by piece as it is written, so that a
+/// 10 MiB write holds its text and one piece rather than the text and
+/// every decoded byte.
+#[derive(Debug)]
+enum Content {
+    Bytes(Vec<u8>),
+    Base64(super::base64::Checked),
+}
+
+/// Bytes written per piece of a [`Content`]: small enough to stay in the
+/// allocator's reused memory (below the threshold that maps a large block
+/// afresh, see `sys::return_large_allocations`), large enough that the
+/// system calls per piece do not count.
+const PIECE_BYTES: usize = 384 * 1024;
+
+impl Content {
+    fn len(&self) -> u64 {
+        match self {
+            Content::Bytes(bytes) => bytes.len() as u64,
+            Content::Base64(text) => text.decoded_len() as u64,
+        }
+    }
+
+    /// Writes the content from the start of `fd`. Each piece that is not
+    /// the last is handed to the disk at once ([`sys::start_writeback`]):
+    /// the disk writes it while the next piece is decoded and copied, and
+    /// the `fsync` that follows waits for the last piece rather than the
+    /// whole file.
+    fn write_to(&self, fd: &OwnedFd) -> std::io::Result<()> {
+        let total = self.len();
+        let mut offset = 0u64;
+        let piece = |bytes: &[u8]| -> std::io::Result<()> {
+            let len = bytes.len() as u64;
+            pwrite_all(fd, bytes, offset)?;
+            if offset + len < total {
+                sys::start_writeback(fd.as_fd(), offset, len);
+            }
+            offset += len;
+            Ok(())
+        };
+        match self {
+            Content::Bytes(bytes) => bytes.chunks(PIECE_BYTES).try_for_each(piece),
+            Content::Base64(text) => text.decode_pieces(PIECE_BYTES / 3 * 4, piece),
+        }
     }
 }
 
@@ -135,7 +185,7 @@ fn write_decided(
     ctx: &FileContext<'_>,
     create_parents: bool,
     d: &Decision,
-    bytes: &[u8],
+    content: &Content,
 ) -> Result<Option<Settle>, Step> {
     let shown = d.resolved.as_str();
     let Some((name, parent)) = d.remainder.split_last() else {
@@ -158,7 +208,7 @@ fn write_decided(
             other => enforce_step(other, shown),
         })?
     };
-    let replaced = write_entry(ctx, dir.as_fd(), name, shown, bytes)?;
+    let replaced = write_entry(ctx, dir.as_fd(), name, shown, content)?;
     Ok(replaced.then_some(Settle(dir)))
 }
 
@@ -287,7 +337,7 @@ fn write_entry(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     shown: &str,
-    bytes: &[u8],
+    content: &Content,
 ) -> Result<bool, Step> {
     let existing = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Some(st),
@@ -296,7 +346,7 @@ fn write_entry(
     };
     let Some(existing) = existing else {
         let mode = Mode::from_raw_mode(0o666 & !ctx.umask.as_raw_mode());
-        return replace_atomically(dir, name, bytes, mode, None, false)
+        return replace_atomically(dir, name, content, mode, None, false)
             .map(|()| true)
             .map_err(|e| could_not(shown, e));
     };
@@ -343,16 +393,16 @@ fn write_entry(
             // in-place write cannot promise the old content survives a
             // failure.
             drop(probe);
-            return replace_atomically(dir, name, bytes, mode, Some(&opened), true)
+            return replace_atomically(dir, name, content, mode, Some(&opened), true)
                 .map(|()| true)
                 .map_err(|e| could_not(shown, e));
         }
-        return write_in_place(&probe, bytes)
+        return write_in_place(&probe, content)
             .map(|()| false)
-            .map_err(|e| could_not(shown, os_reason(e)));
+            .map_err(|e| could_not(shown, e));
     }
     drop(probe);
-    replace_atomically(dir, name, bytes, mode, Some(&opened), false)
+    replace_atomically(dir, name, content, mode, Some(&opened), false)
         .map(|()| true)
         .map_err(|e| could_not(shown, e))
 }
@@ -369,29 +419,34 @@ fn write_entry(
 /// always could; on copy-on-write filesystems a reservation does not cover
 /// rewriting blocks that already hold data; an I/O error part-way is not
 /// prevented by any reservation.
-fn write_in_place(fd: &OwnedFd, bytes: &[u8]) -> Result<(), Errno> {
-    let len = bytes.len() as u64;
+fn write_in_place(fd: &OwnedFd, content: &Content) -> std::io::Result<()> {
+    let len = content.len();
     if len > 0 {
         match rustix::fs::fallocate(fd, FallocateFlags::empty(), 0, len) {
             Ok(()) | Err(Errno::OPNOTSUPP | Errno::NOSYS) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
-    let mut offset = 0u64;
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        match rustix::io::pwrite(fd, rest, offset) {
+    content.write_to(fd)?;
+    rustix::fs::ftruncate(fd, len)?;
+    Ok(rustix::fs::fsync(fd)?)
+}
+
+/// Writes all of `bytes` at `offset`, looping on short writes and retrying
+/// `EINTR`.
+fn pwrite_all(fd: &OwnedFd, mut bytes: &[u8], mut offset: u64) -> Result<(), Errno> {
+    while !bytes.is_empty() {
+        match rustix::io::pwrite(fd, bytes, offset) {
             Ok(0) => return Err(Errno::IO),
             Ok(n) => {
-                rest = rest.get(n..).unwrap_or(&[]);
+                bytes = bytes.get(n..).unwrap_or(&[]);
                 offset += n as u64;
             }
             Err(Errno::INTR) => {}
             Err(e) => return Err(e),
         }
     }
-    rustix::fs::ftruncate(fd, len)?;
-    rustix::fs::fsync(fd)
+    Ok(())
 }
 
 /// Writes everything, looping on short writes and retrying `EINTR`.
@@ -448,7 +503,7 @@ pub(super) fn with_temp_name<T>(
 fn replace_atomically(
     dir: BorrowedFd<'_>,
     name: &OsStr,
-    bytes: &[u8],
+    content: &Content,
     mode: Mode,
     old: Option<&Stat>,
     give_owner: bool,
@@ -461,8 +516,8 @@ fn replace_atomically(
             Mode::from_raw_mode(0o600),
         )
     })?;
-    let filled = (|| {
-        write_all(&fd, bytes)?;
+    let filled = (|| -> std::io::Result<()> {
+        content.write_to(&fd)?;
         // Ownership first: a change of owner or group may clear mode bits,
         // so the mode is set last to be exactly `mode`.
         if let Some(old) = old {
@@ -485,11 +540,11 @@ fn replace_atomically(
         rustix::fs::fsync(&fd)?;
         drop(fd);
         // A plain rename: last writer wins, as in Python.
-        rustix::fs::renameat(dir, tmp.as_os_str(), dir, name)
+        Ok(rustix::fs::renameat(dir, tmp.as_os_str(), dir, name)?)
     })();
     if let Err(e) = filled {
         let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), AtFlags::empty());
-        return Err(e.into());
+        return Err(e);
     }
     Ok(())
 }
