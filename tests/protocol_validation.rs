@@ -548,7 +548,15 @@ fn restamping_a_response_gives_the_text_encoded_with_the_new_capacity() {
         "ends with a comma,",
     ];
     for id in ids {
-        for (before, after) in [(7u64, 12u64), (12, 7), (0, 0), (3, 1_000_000)] {
+        for (before, after) in [
+            (7u64, 12u64),
+            (12, 7),
+            (0, 0),
+            (3, 1_000_000),
+            (1_000_000, 1_000_000),
+            (10, 9),
+            (9, 10),
+        ] {
             for content in [decoy.to_owned(), "QUJD".repeat(20_000)] {
                 let make = |capacity: u64| {
                     Frame::new(

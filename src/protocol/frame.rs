@@ -242,12 +242,33 @@ pub fn restamp_capacity(text: &mut String, capacity: u64) -> bool {
     if digits == 0 {
         return false;
     }
-    let number = capacity.to_string();
+    let mut spelled = [0u8; 20];
+    let number = decimal(capacity, &mut spelled);
+    let current = start..start + digits;
+    // The common case: nothing was admitted or finished meanwhile, and a
+    // large response is not moved for nothing.
+    if text.as_bytes()[current.clone()] == *number {
+        return true;
+    }
     if text.len() - digits + number.len() > MAX_WEBSOCKET_MESSAGE_BYTES {
         return false;
     }
-    text.replace_range(start..start + digits, &number);
+    // Digits only, so the text stays UTF-8.
+    text.replace_range(current, std::str::from_utf8(number).unwrap_or_default());
     true
+}
+
+/// `n` in decimal, spelled into `buffer` (20 digits hold every `u64`).
+fn decimal(mut n: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buffer[at..];
+        }
+    }
 }
 
 /// Whether `text` serializes as itself between quotes: printable ASCII

@@ -511,11 +511,7 @@ impl Writer {
         if text.len() > MAX_MESSAGE_BYTES {
             return Err(TransportError::OutboundTooLarge { size: text.len() });
         }
-        let _sending = self
-            .shared
-            .sending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _sending = self.sending();
         if text.len() <= FRAGMENT_BYTES {
             return self.write_with(|socket| socket.write(Message::Text(text.into())));
         }
@@ -546,21 +542,13 @@ impl Writer {
         if text.len() > QUEUED_TEXT_BYTES {
             return self.send_text(text);
         }
-        let _sending = self
-            .shared
-            .sending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _sending = self.sending();
         self.write_then(|socket| socket.write(Message::Text(text.into())), false)
     }
 
     /// Waits until everything queued is handed to the socket.
     pub fn flush(&self) -> Result<(), TransportError> {
-        let _sending = self
-            .shared
-            .sending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _sending = self.sending();
         self.write_with(|_| Ok(()))
     }
 
@@ -603,6 +591,15 @@ impl Writer {
             reason: reason[..end].into(),
         };
         self.write_with(|socket| socket.close(Some(frame)))
+    }
+
+    /// Holds the connection for one data message (or a flush of those
+    /// queued): another sender's fragments wait.
+    fn sending(&self) -> MutexGuard<'_, ()> {
+        self.shared
+            .sending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Queues with `op`, then flushes turn by turn until the bytes are out,
