@@ -1623,7 +1623,7 @@ fn in_place_write_of_a_foreign_file_reserves_space_before_touching_it() {
         let base = fx.w.parent().unwrap();
         std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::create_dir(fx.at("small")).unwrap();
-        let _m = Tmpfs::mount_sized(&fx.at("small"), "64k").unwrap();
+        let _m = Tmpfs::mount_sized(&fx.at("small"), "2m").unwrap();
         let f = fx.at("small/f");
         std::fs::write(&f, "old content").unwrap();
         std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
@@ -1682,10 +1682,14 @@ fn in_place_child(w: &Path) {
         },
     )
     .unwrap();
-    let ctx = ctx_of(&jail);
+    // The file system (2 MiB) is smaller than the size limit.
+    let ctx = FileContext {
+        max_file_size_bytes: 8 << 20,
+        ..ctx_of(&jail)
+    };
     let f = w.join("small/f");
     let path = f.to_str().unwrap();
-    let o = files::write(&ctx, write_req(path, &"x".repeat(512 * 1024), false));
+    let o = files::write(&ctx, write_req(path, &"x".repeat(4 << 20), false));
     let err = o.reply.expect_err("an oversized write must fail");
     assert_eq!(err.code(), ErrorCode::InternalError, "{}", err.message());
     assert!(
@@ -1694,6 +1698,16 @@ fn in_place_child(w: &Path) {
         err.message()
     );
     assert_eq!(std::fs::read(&f).unwrap(), b"old content");
+    // A content of several pieces, decoded as it is written in place.
+    let raw: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
+    let req = FileWrite {
+        path: path.to_owned(),
+        content: files::base64::encode(&raw),
+        encoding: Encoding::Base64,
+        create_parents: false,
+    };
+    assert_eq!(files::write(&ctx, req).reply, Ok(Message::Ack(Ack::OK)));
+    assert!(std::fs::read(&f).unwrap() == raw);
     let o = files::write(&ctx, write_req(path, "new", false));
     assert_eq!(o.reply, Ok(Message::Ack(Ack::OK)));
 }

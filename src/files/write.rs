@@ -130,10 +130,11 @@ enum Content {
     Base64(super::base64::Checked),
 }
 
-/// Bytes written per piece of a [`Content`]: small enough to stay in the
-/// allocator's reused memory (below the threshold that maps a large block
-/// afresh, see `sys::return_large_allocations`), large enough that the
-/// system calls per piece do not count.
+/// Bytes written per piece of a [`Content`]: small enough that, with glibc,
+/// the piece's buffer comes from the allocator's reused memory (below the
+/// threshold that maps a large block afresh, see
+/// `sys::return_large_allocations`), large enough that the system calls per
+/// piece do not count.
 const PIECE_BYTES: usize = 384 * 1024;
 
 impl Content {
@@ -146,9 +147,13 @@ impl Content {
 
     /// Writes the content from the start of `fd`. Each piece that is not
     /// the last is handed to the disk at once ([`sys::start_writeback`]):
-    /// the disk writes it while the next piece is decoded and copied, and
-    /// the `fsync` that follows waits for the last piece rather than the
-    /// whole file.
+    /// the disk writes it while the next piece is decoded and copied, so the
+    /// `fsync` that follows has less left to wait for.
+    ///
+    /// Decoding cannot fail here: [`super::base64::check_strict`] accepted
+    /// the text, and it accepts only what the decoder does. That matters to
+    /// the in-place write, which has started to overwrite the old content
+    /// by the time a later piece is decoded.
     fn write_to(&self, fd: &OwnedFd) -> std::io::Result<()> {
         let total = self.len();
         let mut offset = 0u64;
