@@ -245,8 +245,7 @@ pub fn restamp_capacity(text: &mut String, capacity: u64) -> bool {
     let mut spelled = [0u8; 20];
     let number = decimal(capacity, &mut spelled);
     let current = start..start + digits;
-    // The common case: nothing was admitted or finished meanwhile, and a
-    // large response is not moved for nothing.
+    // The common case: nothing was admitted or finished meanwhile.
     if text.as_bytes()[current.clone()] == *number {
         return true;
     }
