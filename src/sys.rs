@@ -12,7 +12,8 @@
 //! taking a secret variable out of the process environment, including the
 //! initial environment block the kernel shows in `/proc/<pid>/environ`; the
 //! C allocator's threshold for giving large allocations back; starting the
-//! write-out of a file's range ahead of its `fsync`; and the GPIO
+//! write-out of a file's range ahead of its `fsync`; asking for huge pages
+//! behind a large buffer; and the GPIO
 //! chip-information ioctl of hardware discovery (CAPABILITIES.md §6); and
 //! the pidfd of a Unix socket's peer (the approval socket).
 //!
@@ -509,6 +510,42 @@ pub fn start_writeback(fd: BorrowedFd<'_>, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 
+/// Asks the kernel to back the spare capacity of `buffer` with huge pages
+/// where it can (`MADV_HUGEPAGE`, for the whole 2 MiB pages inside it): a
+/// large buffer about to be filled then faults in a few times instead of
+/// once per 4 KiB page. A hint only, ignored where huge pages are off or
+/// unsupported; the buffer's length and content do not change.
+#[cfg(target_os = "linux")]
+pub fn prefer_huge_pages(buffer: &mut Vec<u8>) {
+    const HUGE: usize = 2 << 20;
+    let spare = buffer.spare_capacity_mut();
+    let start = spare.as_mut_ptr() as usize;
+    let Some(end) = start.checked_add(spare.len()) else {
+        return;
+    };
+    let (Some(first), last) = (start.checked_next_multiple_of(HUGE), end / HUGE * HUGE) else {
+        return;
+    };
+    if last <= first {
+        return;
+    }
+    // SAFETY: [first, last) lies inside `buffer`'s allocation, which this
+    // function borrows mutably for the call, and is page-aligned as
+    // madvise requires. MADV_HUGEPAGE changes how the kernel backs the
+    // range, never its content or its mapping's extent.
+    let _ = unsafe {
+        libc::madvise(
+            first as *mut libc::c_void,
+            last - first,
+            libc::MADV_HUGEPAGE,
+        )
+    };
+}
+
+/// Elsewhere large buffers fault in page by page.
+#[cfg(not(target_os = "linux"))]
+pub fn prefer_huge_pages(_buffer: &mut Vec<u8>) {}
+
 /// Allocations of at least this many bytes get a mapping of their own.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const LARGE_ALLOCATION: libc::c_int = 1 << 20;
@@ -598,6 +635,19 @@ mod tests {
 
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn preferring_huge_pages_keeps_a_buffer_as_it_was() {
+        for capacity in [0, 100, 3 << 20, 5 << 20] {
+            let mut buffer = Vec::with_capacity(capacity);
+            buffer.extend_from_slice(b"kept");
+            prefer_huge_pages(&mut buffer);
+            assert_eq!(buffer, b"kept");
+            assert!(buffer.capacity() >= capacity);
+            buffer.resize(capacity.max(4), 7);
+            assert!(buffer[4..].iter().all(|&b| b == 7));
+        }
+    }
 
     #[test]
     fn gpio_chipinfo_opcode_is_the_kernel_header_value() {
