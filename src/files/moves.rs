@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::delete::{
     FsId, acted_on, boundary_error, delete_tree, open_subdir, protected_refusal, root_refusal,
 };
-use super::write::{open_parent, with_temp_name, write_all};
+use super::write::{open_parent, pwrite_all, with_temp_name};
 use super::{FileContext, FileError, FileOutcome, JailedError, Step, jailed, os_error};
 use crate::audit::Details;
 use crate::jail::{EnforceError, Entry, Jail, identity};
@@ -631,6 +631,7 @@ fn copy_file(
         ))));
     }
     let mut buf = vec![0u8; COPY_CHUNK];
+    let mut copied = 0u64;
     loop {
         let n = match rustix::io::read(&input, &mut buf) {
             Ok(0) => break,
@@ -638,7 +639,8 @@ fn copy_file(
             Err(Errno::INTR) => continue,
             Err(e) => return Err(fail(e)),
         };
-        write_all(out, buf.get(..n).unwrap_or(&[])).map_err(fail)?;
+        pwrite_all(out, buf.get(..n).unwrap_or(&[]), copied).map_err(fail)?;
+        copied += n as u64;
     }
     rustix::fs::fsync(out).map_err(fail)?;
     apply_metadata(out, &opened).map_err(fail)

@@ -439,7 +439,7 @@ fn write_in_place(fd: &OwnedFd, content: &Content) -> std::io::Result<()> {
 
 /// Writes all of `bytes` at `offset`, looping on short writes and retrying
 /// `EINTR`.
-fn pwrite_all(fd: &OwnedFd, mut bytes: &[u8], mut offset: u64) -> Result<(), Errno> {
+pub(super) fn pwrite_all(fd: &OwnedFd, mut bytes: &[u8], mut offset: u64) -> Result<(), Errno> {
     while !bytes.is_empty() {
         match rustix::io::pwrite(fd, bytes, offset) {
             Ok(0) => return Err(Errno::IO),
@@ -447,19 +447,6 @@ fn pwrite_all(fd: &OwnedFd, mut bytes: &[u8], mut offset: u64) -> Result<(), Err
                 bytes = bytes.get(n..).unwrap_or(&[]);
                 offset += n as u64;
             }
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Writes everything, looping on short writes and retrying `EINTR`.
-pub(super) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
-    while !bytes.is_empty() {
-        match rustix::io::write(fd, bytes) {
-            Ok(0) => return Err(Errno::IO),
-            Ok(n) => bytes = bytes.get(n..).unwrap_or(&[]),
             Err(Errno::INTR) => {}
             Err(e) => return Err(e),
         }
