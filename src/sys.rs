@@ -27,6 +27,7 @@
 
 use std::fmt;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -54,7 +55,7 @@ impl fmt::Debug for SignalSet {
 /// thread that already exists keeps its own mask and could still receive
 /// the default action.
 pub fn block_termination_signals() -> io::Result<SignalSet> {
-    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
     // valid for writes of one `sigset_t`.
     let rc = unsafe { libc::sigemptyset(set.as_mut_ptr()) };
@@ -288,7 +289,7 @@ pub fn take_inherited_socket(fd: i32) -> Option<std::os::fd::OwnedFd> {
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return None;
     }
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    let mut st = MaybeUninit::<libc::stat>::uninit();
     // SAFETY: `fstat` writes one `stat` to a valid location; the
     // descriptor was just found open.
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
@@ -309,7 +310,7 @@ pub fn take_inherited_socket(fd: i32) -> Option<std::os::fd::OwnedFd> {
 
 /// An empty signal set, built before a fork so the child only installs it.
 fn empty_signal_set() -> io::Result<libc::sigset_t> {
-    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: `sigemptyset` initialises the set it is given; the pointer is
     // valid for writes of one `sigset_t`.
     let rc = unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
@@ -510,15 +511,14 @@ pub fn start_writeback(fd: BorrowedFd<'_>, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 
-/// Asks the kernel to back the spare capacity of `buffer` with huge pages
-/// where it can (`MADV_HUGEPAGE`, for the whole 2 MiB pages inside it): a
-/// large buffer about to be filled then faults in a few times instead of
-/// once per 4 KiB page. A hint only, ignored where huge pages are off or
-/// unsupported; the buffer's length and content do not change.
+/// Asks the kernel to back `spare`, the spare capacity of a buffer about to
+/// be filled, with huge pages where it can (`MADV_HUGEPAGE`, for the whole
+/// 2 MiB pages inside it): a large buffer then faults in a few times instead
+/// of once per 4 KiB page. A hint only, ignored where huge pages are off or
+/// unsupported; nothing in the buffer changes.
 #[cfg(target_os = "linux")]
-pub fn prefer_huge_pages(buffer: &mut Vec<u8>) {
+pub fn prefer_huge_pages(spare: &mut [MaybeUninit<u8>]) {
     const HUGE: usize = 2 << 20;
-    let spare = buffer.spare_capacity_mut();
     let start = spare.as_mut_ptr() as usize;
     let Some(end) = start.checked_add(spare.len()) else {
         return;
@@ -529,10 +529,10 @@ pub fn prefer_huge_pages(buffer: &mut Vec<u8>) {
     if last <= first {
         return;
     }
-    // SAFETY: [first, last) lies inside `buffer`'s allocation, which this
-    // function borrows mutably for the call, and is page-aligned as
-    // madvise requires. MADV_HUGEPAGE changes how the kernel backs the
-    // range, never its content or its mapping's extent.
+    // SAFETY: [first, last) lies inside `spare`, which this function borrows
+    // mutably for the call, and is page-aligned as madvise requires.
+    // MADV_HUGEPAGE changes how the kernel backs the range, never its
+    // content or its mapping's extent.
     let _ = unsafe {
         libc::madvise(
             first as *mut libc::c_void,
@@ -544,7 +544,17 @@ pub fn prefer_huge_pages(buffer: &mut Vec<u8>) {
 
 /// Elsewhere large buffers fault in page by page.
 #[cfg(not(target_os = "linux"))]
-pub fn prefer_huge_pages(_buffer: &mut Vec<u8>) {}
+pub fn prefer_huge_pages(_spare: &mut [MaybeUninit<u8>]) {}
+
+/// The spare capacity of `text`: the allocated bytes after its end, which
+/// are not part of the string (for [`prefer_huge_pages`]).
+pub fn spare_text_capacity(text: &mut String) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: `as_mut_vec` requires the string's bytes to be valid UTF-8
+    // when the borrow ends. Only the capacity beyond its length is handed
+    // out, and growing the length over it takes `unsafe` code, so whatever
+    // is written there never becomes part of the string.
+    unsafe { text.as_mut_vec() }.spare_capacity_mut()
+}
 
 /// Allocations of at least this many bytes get a mapping of their own.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -641,12 +651,26 @@ mod tests {
         for capacity in [0, 100, 3 << 20, 5 << 20] {
             let mut buffer = Vec::with_capacity(capacity);
             buffer.extend_from_slice(b"kept");
-            prefer_huge_pages(&mut buffer);
+            prefer_huge_pages(buffer.spare_capacity_mut());
             assert_eq!(buffer, b"kept");
             assert!(buffer.capacity() >= capacity);
             buffer.resize(capacity.max(4), 7);
             assert!(buffer[4..].iter().all(|&b| b == 7));
         }
+    }
+
+    #[test]
+    fn a_text_spare_capacity_is_what_follows_its_end() {
+        let mut text = String::with_capacity(3 << 20);
+        text.push_str("kept");
+        let capacity = text.capacity();
+        let spare = spare_text_capacity(&mut text);
+        assert_eq!(spare.len(), capacity - 4);
+        spare[0].write(0xFF);
+        prefer_huge_pages(spare);
+        assert_eq!(text, "kept");
+        text.push('é');
+        assert_eq!(text, "kepté");
     }
 
     #[test]

@@ -125,11 +125,10 @@ fn read_range(
         // never held whole beside their text. The room for the envelope
         // lets the response frame be built in this buffer (see
         // `encode_response`).
-        let mut text = Vec::with_capacity(
+        let mut text = String::with_capacity(
             super::base64::encoded_len(expected).saturating_add(RESPONSE_HEADROOM),
         );
-        crate::sys::prefer_huge_pages(&mut text);
-        let mut text = String::from_utf8(text).unwrap_or_default();
+        crate::sys::prefer_huge_pages(crate::sys::spare_text_capacity(&mut text));
         let mut chunk = vec![0; want.min(CHUNK)];
         let read = read_chunks(fd, req.offset, want, shown, &mut chunk, |bytes| {
             super::base64::encode_into(bytes, &mut text);
@@ -137,7 +136,7 @@ fn read_range(
         (text, Encoding::Base64, read)
     } else {
         let mut buf = Vec::with_capacity(expected);
-        crate::sys::prefer_huge_pages(&mut buf);
+        crate::sys::prefer_huge_pages(buf.spare_capacity_mut());
         let read = read_all(fd, req.offset, want, shown, &mut buf)?;
         let text = String::from_utf8(buf)
             // Valid UTF-8 (the common case) is moved, not copied.
