@@ -80,6 +80,8 @@ pub mod protocol;
 #[forbid(unsafe_code)]
 pub mod secrets;
 pub(crate) mod sys;
+/// The executable's allocator (huge pages behind large blocks).
+pub use sys::LargePages;
 #[forbid(unsafe_code)]
 pub(crate) mod text;
 #[forbid(unsafe_code)]

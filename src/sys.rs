@@ -11,9 +11,9 @@
 //! count of a socket's bytes its peer has not acknowledged (the keepalive);
 //! taking a secret variable out of the process environment, including the
 //! initial environment block the kernel shows in `/proc/<pid>/environ`; the
-//! C allocator's threshold for giving large allocations back; starting the
-//! write-out of a file's range ahead of its `fsync`; asking for huge pages
-//! behind a large buffer; and the GPIO
+//! C allocator's thresholds for mapping and giving back memory; starting the
+//! write-out of a file's range ahead of its `fsync`; the process allocator
+//! that asks for huge pages behind large blocks; and the GPIO
 //! chip-information ioctl of hardware discovery (CAPABILITIES.md §6); and
 //! the pidfd of a Unix socket's peer (the approval socket).
 //!
@@ -25,6 +25,7 @@
 //! never allocate, lock or call anything that is not async-signal-safe.
 #![allow(unsafe_code)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
@@ -511,16 +512,62 @@ pub fn start_writeback(fd: BorrowedFd<'_>, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 
-/// Asks the kernel to back `spare`, the spare capacity of a buffer about to
-/// be filled, with huge pages where it can (`MADV_HUGEPAGE`, for the whole
-/// 2 MiB pages inside it): a large buffer then faults in a few times instead
-/// of once per 4 KiB page. A hint only, ignored where huge pages are off or
-/// unsupported; nothing in the buffer changes.
+/// The process's allocator: the system's, with every block large enough to
+/// hold a whole 2 MiB page backed by huge pages where the kernel allows
+/// (`MADV_HUGEPAGE` over the whole huge pages inside it). A 10 MiB file
+/// crosses the daemon as blocks of 13.3 MiB (the WebSocket message, its
+/// parsed content, the response being built), each freshly mapped; faulted
+/// in 4 KiB at a time, that is about 3,400 faults a block, and a few with
+/// huge pages. A hint only, ignored where huge pages are off or
+/// unsupported. Installed by the executable, not by the library.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LargePages;
+
+// SAFETY: every method forwards its arguments unchanged to `System`, whose
+// guarantees therefore hold for the caller, and returns what `System`
+// returned. The one addition, `advise_huge_pages`, only hints how the kernel
+// backs whole pages inside the block just returned: it changes neither
+// their content nor the block's extent, and it does not allocate.
+unsafe impl GlobalAlloc for LargePages {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        let block = unsafe { System.alloc(layout) };
+        advise_huge_pages(block, layout.size());
+        block
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `GlobalAlloc::alloc_zeroed`'s contract.
+        let block = unsafe { System.alloc_zeroed(layout) };
+        advise_huge_pages(block, layout.size());
+        block
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract, and
+        // every block came from `System` through this type.
+        unsafe { System.dealloc(block, layout) }
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract, and
+        // `block` came from `System` through this type.
+        let moved = unsafe { System.realloc(block, layout, new_size) };
+        advise_huge_pages(moved, new_size);
+        moved
+    }
+}
+
+/// `MADV_HUGEPAGE` over the whole 2 MiB pages inside the `len` bytes at
+/// `block` (none when it holds no whole one, or is null).
 #[cfg(target_os = "linux")]
-pub fn prefer_huge_pages(spare: &mut [MaybeUninit<u8>]) {
+fn advise_huge_pages(block: *mut u8, len: usize) {
     const HUGE: usize = 2 << 20;
-    let start = spare.as_mut_ptr() as usize;
-    let Some(end) = start.checked_add(spare.len()) else {
+    if block.is_null() || len < HUGE {
+        return;
+    }
+    let start = block as usize;
+    let Some(end) = start.checked_add(len) else {
         return;
     };
     let (Some(first), last) = (start.checked_next_multiple_of(HUGE), end / HUGE * HUGE) else {
@@ -529,10 +576,10 @@ pub fn prefer_huge_pages(spare: &mut [MaybeUninit<u8>]) {
     if last <= first {
         return;
     }
-    // SAFETY: [first, last) lies inside `spare`, which this function borrows
-    // mutably for the call, and is page-aligned as madvise requires.
-    // MADV_HUGEPAGE changes how the kernel backs the range, never its
-    // content or its mapping's extent.
+    // SAFETY: [first, last) lies inside the block the allocator just
+    // returned, and is page-aligned as madvise requires. MADV_HUGEPAGE
+    // changes how the kernel backs the range, never its content or its
+    // mapping's extent; a refusal leaves small pages, which are correct.
     let _ = unsafe {
         libc::madvise(
             first as *mut libc::c_void,
@@ -542,45 +589,50 @@ pub fn prefer_huge_pages(spare: &mut [MaybeUninit<u8>]) {
     };
 }
 
-/// Elsewhere large buffers fault in page by page.
+/// Elsewhere large blocks fault in page by page.
 #[cfg(not(target_os = "linux"))]
-pub fn prefer_huge_pages(_spare: &mut [MaybeUninit<u8>]) {}
-
-/// The spare capacity of `text`: the allocated bytes after its end, which
-/// are not part of the string (for [`prefer_huge_pages`]).
-pub fn spare_text_capacity(text: &mut String) -> &mut [MaybeUninit<u8>] {
-    // SAFETY: `as_mut_vec` requires the string's bytes to be valid UTF-8
-    // when the borrow ends. Only the capacity beyond its length is handed
-    // out, and growing the length over it takes `unsafe` code, so whatever
-    // is written there never becomes part of the string.
-    unsafe { text.as_mut_vec() }.spare_capacity_mut()
-}
+fn advise_huge_pages(_block: *mut u8, _len: usize) {}
 
 /// Allocations of at least this many bytes get a mapping of their own.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const LARGE_ALLOCATION: libc::c_int = 1 << 20;
 
-/// Makes the C allocator give every allocation of [`LARGE_ALLOCATION`]
-/// bytes or more a mapping of its own, returned to the system when it is
-/// freed. glibc otherwise raises that threshold after the first large free
-/// and serves later large blocks from per-thread arenas that keep their
-/// pages: twenty workers each keeping the pages of the largest response it
-/// once built would hold hundreds of megabytes that nothing uses. Call it
-/// before the workers start.
+/// Freed memory an arena of the C allocator keeps at its top for reuse.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn return_large_allocations() {
+const KEPT_FREE: libc::c_int = 2 << 20;
+
+/// Tunes the C allocator for a daemon that builds and frees frames of up to
+/// 16 MiB on many threads. Call it before the workers start.
+///
+/// * Every allocation of [`LARGE_ALLOCATION`] bytes or more gets a mapping
+///   of its own, returned to the system when it is freed. glibc otherwise
+///   raises that threshold after the first large free and serves later
+///   large blocks from per-thread arenas that keep their pages: twenty
+///   workers each keeping the pages of the largest response it once built
+///   would hold hundreds of megabytes that nothing uses.
+/// * An arena keeps up to [`KEPT_FREE`] of freed memory at its top instead
+///   of 128 KiB. Below the mapping threshold, the socket writer's TLS
+///   records (up to 1 MiB queued, allocated and freed record by record) are
+///   all freed between two large messages; trimmed at 128 KiB, the arena
+///   gave those pages back and faulted them in again for the next message,
+///   about 4,500 page faults per 10 MiB read. What this keeps is bounded by
+///   the threshold times the arenas, which are at most one per thread, and
+///   in practice by what each thread frees at once.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn tune_allocator() {
     // SAFETY: mallopt only changes a tuning parameter of the allocator,
     // under the allocator's own lock; it takes no pointers. A refusal
     // (return value 0) leaves the default behaviour, which is still correct.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, LARGE_ALLOCATION);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE);
     }
 }
 
 /// Other C libraries (musl among them) already map large allocations on
-/// their own and unmap them when freed.
+/// their own and unmap them when freed, and have no trim threshold to set.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn return_large_allocations() {}
+pub fn tune_allocator() {}
 
 /// `struct gpiochip_info` of `<linux/gpio.h>`: what `GPIO_GET_CHIPINFO_IOCTL`
 /// writes.
@@ -647,30 +699,74 @@ mod tests {
     use std::os::fd::AsFd;
 
     #[test]
-    fn preferring_huge_pages_keeps_a_buffer_as_it_was() {
-        for capacity in [0, 100, 3 << 20, 5 << 20] {
-            let mut buffer = Vec::with_capacity(capacity);
-            buffer.extend_from_slice(b"kept");
-            prefer_huge_pages(buffer.spare_capacity_mut());
-            assert_eq!(buffer, b"kept");
-            assert!(buffer.capacity() >= capacity);
-            buffer.resize(capacity.max(4), 7);
-            assert!(buffer[4..].iter().all(|&b| b == 7));
+    fn large_blocks_keep_their_content_through_the_allocator() {
+        let layout = Layout::from_size_align(5 << 20, 16).unwrap();
+        // SAFETY: the layout is non-zero; every block is checked non-null,
+        // used within its size and freed once with the layout it has.
+        unsafe {
+            let block = LargePages.alloc(layout);
+            assert!(!block.is_null());
+            for i in 0..layout.size() {
+                *block.add(i) = (i % 251) as u8;
+            }
+            let grown = LargePages.realloc(block, layout, 9 << 20);
+            assert!(!grown.is_null());
+            assert!((0..layout.size()).all(|i| *grown.add(i) == (i % 251) as u8));
+            LargePages.dealloc(grown, Layout::from_size_align(9 << 20, 16).unwrap());
+            let zeroed = LargePages.alloc_zeroed(layout);
+            assert!(!zeroed.is_null());
+            assert!((0..layout.size()).all(|i| *zeroed.add(i) == 0));
+            LargePages.dealloc(zeroed, layout);
         }
     }
 
+    /// The `VmFlags` of the mapping that holds `address`, from
+    /// `/proc/self/smaps`.
+    #[cfg(target_os = "linux")]
+    fn mapping_flags(address: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                if inside {
+                    return flags.trim().to_owned();
+                }
+                continue;
+            }
+            let range = line.split(' ').next().unwrap_or("");
+            if let Some((from, to)) = range.split_once('-') {
+                let from = usize::from_str_radix(from, 16);
+                let to = usize::from_str_radix(to, 16);
+                if let (Ok(from), Ok(to)) = (from, to) {
+                    inside = (from..to).contains(&address);
+                }
+            }
+        }
+        panic!("no mapping holds {address:#x}");
+    }
+
+    #[cfg(target_os = "linux")]
     #[test]
-    fn a_text_spare_capacity_is_what_follows_its_end() {
-        let mut text = String::with_capacity(3 << 20);
-        text.push_str("kept");
-        let capacity = text.capacity();
-        let spare = spare_text_capacity(&mut text);
-        assert_eq!(spare.len(), capacity - 4);
-        spare[0].write(0xFF);
-        prefer_huge_pages(spare);
-        assert_eq!(text, "kept");
-        text.push('é');
-        assert_eq!(text, "kepté");
+    fn only_blocks_holding_a_whole_huge_page_are_marked_for_huge_pages() {
+        let large = Layout::from_size_align(8 << 20, 16).unwrap();
+        let small = Layout::from_size_align(1 << 20, 16).unwrap();
+        // SAFETY: both layouts are non-zero; each block is checked non-null
+        // and freed once with its layout.
+        unsafe {
+            let block = LargePages.alloc(large);
+            let other = LargePages.alloc(small);
+            assert!(!block.is_null() && !other.is_null());
+            let inside = (block as usize).next_multiple_of(2 << 20);
+            let flags = mapping_flags(inside);
+            // A kernel built without transparent huge pages refuses the
+            // hint; every kernel that has them takes it, whatever its mode.
+            let supported = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+            assert_eq!(flags.split(' ').any(|f| f == "hg"), supported, "{flags}");
+            let flags = mapping_flags(other as usize);
+            assert!(!flags.split(' ').any(|f| f == "hg"), "{flags}");
+            LargePages.dealloc(other, small);
+            LargePages.dealloc(block, large);
+        }
     }
 
     #[test]

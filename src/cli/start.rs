@@ -628,7 +628,7 @@ impl Running {
             log.debug("daemon", format!("local time: {}", zone.source()));
         }
         // Workers build and free frames of up to 16 MiB on many threads.
-        sys::return_large_allocations();
+        sys::tune_allocator();
         let pool = WorkerThreads::new(WORKERS)
             .map(Arc::new)
             .map_err(|e| format!("cannot start the worker pool: {e}"))?;

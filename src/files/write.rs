@@ -133,7 +133,7 @@ enum Content {
 /// Bytes written per piece of a [`Content`]: small enough that, with glibc,
 /// the piece's buffer comes from the allocator's reused memory (below the
 /// threshold that maps a large block afresh, see
-/// `sys::return_large_allocations`), large enough that the system calls per
+/// `sys::tune_allocator`), large enough that the system calls per
 /// piece do not count.
 const PIECE_BYTES: usize = 384 * 1024;
 
