@@ -211,9 +211,12 @@ impl Fixture {
         conn
     }
 
+    /// The complete records: a last line without its LF is still being
+    /// appended by the running daemon.
     fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.audit_path)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.audit_path).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
