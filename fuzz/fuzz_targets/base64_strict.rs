@@ -1,9 +1,10 @@
-//! Fuzzes the base64 of file contents (`files::base64`) against the `base64`
-//! crate, an independent coder. Any text: the strict check accepts it
-//! exactly when the rules of a `FILE_WRITE` content allow it, and then
-//! decodes it, whole or in pieces of any size, to what the other coder makes
-//! of its data characters (unused bits of the last group ignored). Any bytes:
-//! the encoding is the other coder's, and it decodes back to the bytes.
+//! Fuzzes the base64 of file contents (`files::base64`, which codes with the
+//! `base64` crate's SIMD engine) against that crate's scalar engine. Any
+//! text: the strict check accepts it exactly when the rules of a
+//! `FILE_WRITE` content allow it, and then decodes it, whole or in pieces of
+//! any size, to what the scalar engine makes of its data characters (unused
+//! bits of the last group ignored). Any bytes: the encoding is the scalar
+//! engine's, and it decodes back to the bytes.
 #![no_main]
 
 use autogpt_shim::files::base64::{self as shim, Base64Error};

@@ -5,7 +5,8 @@
 //! kept zeroizing, compared in constant time, and never printed except
 //! inside the authorize URL the user opens (challenge and state only).
 
-use base64_simd::URL_SAFE_NO_PAD;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
@@ -38,8 +39,8 @@ impl Pkce {
     /// The secrets for given random bytes (test vectors).
     pub fn from_bytes(verifier: &[u8], state: &[u8]) -> Pkce {
         Pkce {
-            verifier: Zeroizing::new(URL_SAFE_NO_PAD.encode_to_string(verifier)),
-            state: Zeroizing::new(URL_SAFE_NO_PAD.encode_to_string(state)),
+            verifier: Zeroizing::new(URL_SAFE_NO_PAD.encode(verifier)),
+            state: Zeroizing::new(URL_SAFE_NO_PAD.encode(state)),
         }
     }
 
@@ -80,5 +81,5 @@ impl Pkce {
 
 /// base64url-without-padding(SHA-256(verifier)).
 pub fn challenge(verifier: &str) -> String {
-    URL_SAFE_NO_PAD.encode_to_string(Sha256::digest(verifier.as_bytes()))
+    URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }

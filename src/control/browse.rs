@@ -14,7 +14,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use base64_simd::URL_SAFE_NO_PAD;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rustix::fs::{Access, AtFlags, FileType, Mode, OFlags};
 
 use super::folder::{self, FolderError};
@@ -397,7 +398,7 @@ impl Found {
 fn token() -> Result<String, BrowseError> {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).map_err(|_| BrowseError::Random)?;
-    Ok(URL_SAFE_NO_PAD.encode_to_string(bytes))
+    Ok(URL_SAFE_NO_PAD.encode(bytes))
 }
 
 fn mint(browse: &mut Browse, reference: Reference) -> Result<String, BrowseError> {

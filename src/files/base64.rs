@@ -2,15 +2,33 @@
 //! and the strict, Python-compatible decoder of FILE_WRITE (FILES.md §2.2
 //! step 2).
 //!
-//! The `base64-simd` crate does the coding; this module owns the acceptance
-//! rules on top of its decoder and the reasons a text is refused. It must
-//! never be lenient beyond those rules (no whitespace skipping, no URL-safe
-//! alphabet, no missing padding) and never echo the offending content in an
-//! error: file bytes are not logged.
+//! The `base64` crate's SIMD engine does the coding (AVX2 or NEON where the
+//! processor has it, detected at run time, else its scalar engine); this
+//! module owns the acceptance rules on top of its decoder and the reasons a
+//! text is refused. It must never be lenient beyond those rules (no
+//! whitespace skipping, no URL-safe alphabet, no missing padding) and never
+//! echo the offending content in an error: file bytes are not logged.
 
 use std::fmt;
 
-use base64_simd::{Out, STANDARD};
+use base64::Engine as _;
+use base64::engine::{DecodePaddingMode, GeneralPurposeConfig, Simd};
+
+/// The encoder: standard alphabet, `=` padding.
+fn encoder() -> Simd {
+    Simd::standard(GeneralPurposeConfig::new())
+}
+
+/// The decoder behind [`Checked`]: it only ever sees data characters
+/// already checked here, so it needs no padding, and it keeps Python's
+/// tolerance of non-zero unused bits in the last group.
+fn decoder() -> Simd {
+    Simd::standard(
+        GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(DecodePaddingMode::RequireNone),
+    )
+}
 
 /// Why [`check_strict`] refused a text. The `Display` form is a short
 /// reason; the caller prefixes it with "Bad base64: ".
@@ -78,13 +96,12 @@ impl From<Base64Error> for std::io::Error {
 /// Encodes `bytes` with the standard alphabet and `=` padding, without line
 /// breaks. The output is exactly `4 × ceil(len / 3)` characters.
 pub fn encode(bytes: &[u8]) -> String {
-    STANDARD.encode_to_string(bytes)
+    encoder().encode(bytes)
 }
 
-/// Appends the encoding of `bytes` to `text`, as [`encode`] spells it,
-/// straight into `text`'s spare capacity when it has room.
+/// Appends the encoding of `bytes` to `text`, as [`encode`] spells it.
 pub fn encode_into(bytes: &[u8], text: &mut String) {
-    STANDARD.encode_append(bytes, text);
+    encoder().encode_string(bytes, text);
 }
 
 /// How many characters [`encode`] makes of `len` bytes.
@@ -207,53 +224,18 @@ impl Checked {
 /// into `out`, which has room for `⌈len / 4⌉ × 3` bytes; returns how many
 /// bytes it made.
 fn decode_run(chars: &[u8], offset: usize, out: &mut [u8]) -> Result<usize, Base64Error> {
-    let whole = chars.len() / 4 * 4;
-    let (groups, tail) = chars.split_at(whole);
-    let made = groups.len() / 4 * 3;
-    let (out, out_tail) = out.split_at_mut(made);
-    // The checks leave the decoder nothing to refuse; should it, the reason
-    // names the first character that is not data.
-    let stray = || Base64Error::InvalidCharacter {
-        offset: offset + chars.iter().position(|&b| !is_data(b)).unwrap_or(0),
-    };
-    STANDARD
-        .decode(groups, Out::from_slice(out))
-        .map_err(|_| stray())?;
-    Ok(made + decode_tail(tail, out_tail).ok_or_else(stray)?)
-}
-
-/// Decodes a last group of two or three data characters (one or two bytes)
-/// into `out`. Unused low bits are ignored rather than refused, as Python's
-/// decoder does (`"QR=="` is `A`), which is why this group is not left to the
-/// crate's strict decoder. `None` for a character outside the alphabet.
-fn decode_tail(tail: &[u8], out: &mut [u8]) -> Option<usize> {
-    let mut bits: u32 = 0;
-    for &c in tail {
-        bits = bits << 6 | u32::from(sextet(c)?);
-    }
-    // Two characters hold 12 bits (one byte and 4 unused), three hold 18
-    // (two bytes and 2 unused); shifting the unused bits out drops them.
-    let (bytes, value) = match tail.len() {
-        0 => return Some(0),
-        2 => (1, bits >> 4),
-        3 => (2, bits >> 2),
-        _ => return None,
-    };
-    let be = value.to_be_bytes();
-    out.get_mut(..bytes)?.copy_from_slice(&be[4 - bytes..]);
-    Some(bytes)
-}
-
-/// The value of a data character of the standard alphabet.
-fn sextet(c: u8) -> Option<u8> {
-    match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    }
+    decoder()
+        .decode_slice(chars, out)
+        // The checks leave the decoder nothing to refuse; should it, the
+        // reason names where it stopped.
+        .map_err(|e| match e {
+            base64::DecodeSliceError::DecodeError(base64::DecodeError::InvalidByte(at, _)) => {
+                Base64Error::InvalidCharacter {
+                    offset: offset + at,
+                }
+            }
+            _ => Base64Error::IncompleteGroup,
+        })
 }
 
 /// The padding rules, once every data character is known to be valid.
@@ -371,16 +353,18 @@ mod tests {
         assert_eq!(pieces, 2);
     }
 
-    /// The character check and both decoders (the crate's for whole
-    /// groups, ours for a short last one) must agree, or a text could pass
-    /// the rules and still be refused (or the reverse).
+    /// The character check and the decoder's alphabet must agree, or a
+    /// text could pass the rules and still be refused (or the reverse): in
+    /// a short last group, and in a run long enough for the vector path.
     #[test]
     fn data_characters_are_exactly_the_decoder_alphabet() {
         for b in 0..=u8::MAX {
-            let whole = STANDARD.decode_to_vec([b, b'A', b'A', b'A']).is_ok();
-            assert_eq!(is_data(b), whole, "byte {b:#04x} in a whole group");
-            let tail = decode_tail(&[b, b'A'], &mut [0; 2]).is_some();
-            assert_eq!(is_data(b), tail, "byte {b:#04x} in a last group");
+            let short = decoder().decode([b, b'A']).is_ok();
+            assert_eq!(is_data(b), short, "byte {b:#04x} in a last group");
+            let mut run = vec![b'A'; 256];
+            run[200] = b;
+            let long = decoder().decode(&run).is_ok();
+            assert_eq!(is_data(b), long, "byte {b:#04x} in a long run");
         }
     }
 

@@ -13,7 +13,8 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::net::IpAddr;
 
-use base64_simd::STANDARD as BASE64;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use zeroize::Zeroizing;
 
 use super::error::TransportError;
@@ -159,7 +160,7 @@ fn basic_authorization(userinfo: &str) -> Result<Zeroizing<String>, ProxySetting
     percent::decode_into(password, &mut pair).map_err(|_| ProxySettingProblem::Escape)?;
     let mut value = Zeroizing::new(String::with_capacity(6 + pair.len().div_ceil(3) * 4));
     value.push_str("Basic ");
-    BASE64.encode_append(pair.as_slice(), &mut *value);
+    BASE64.encode_string(pair.as_slice(), &mut value);
     Ok(value)
 }
 
