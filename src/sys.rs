@@ -520,14 +520,20 @@ pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 /// in 4 KiB at a time, that is about 3,400 faults a block, and a few with
 /// huge pages. A hint only, ignored where huge pages are off or
 /// unsupported. Installed by the executable, not by the library.
+///
+/// Where the kernel compacts memory on demand for advised ranges (`defrag`
+/// set to `madvise`, a common default), a fault in a fragmented machine can
+/// wait for that compaction; the trade is taken for blocks of 2 MiB and up
+/// only, which are the large messages.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LargePages;
 
 // SAFETY: every method forwards its arguments unchanged to `System`, whose
 // guarantees therefore hold for the caller, and returns what `System`
 // returned. The one addition, `advise_huge_pages`, only hints how the kernel
-// backs whole pages inside the block just returned: it changes neither
-// their content nor the block's extent, and it does not allocate.
+// backs the pages of the block just returned: it changes neither their
+// content nor any mapping's extent, it keeps errno, and it does not
+// allocate.
 unsafe impl GlobalAlloc for LargePages {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
@@ -558,35 +564,43 @@ unsafe impl GlobalAlloc for LargePages {
     }
 }
 
-/// `MADV_HUGEPAGE` over the whole 2 MiB pages inside the `len` bytes at
-/// `block` (none when it holds no whole one, or is null).
+/// `MADV_HUGEPAGE` over the pages that hold the `len` bytes at `block`, when
+/// `len` is at least one huge page (nothing for a null block).
+///
+/// The advice covers whole small pages around the block, not only the huge
+/// pages inside it: the allocator gives a block this large a mapping of its
+/// own, and advice over part of a mapping splits it, after which the
+/// allocator can no longer grow or shrink the block in place (`mremap`
+/// works within one mapping) and copies it instead. Only the 2 MiB-aligned
+/// parts get huge pages; the rest keeps small ones.
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(block: *mut u8, len: usize) {
     const HUGE: usize = 2 << 20;
     if block.is_null() || len < HUGE {
         return;
     }
-    let start = block as usize;
-    let Some(end) = start.checked_add(len) else {
+    let Some(end) = (block as usize).checked_add(len) else {
         return;
     };
-    let (Some(first), last) = (start.checked_next_multiple_of(HUGE), end / HUGE * HUGE) else {
-        return;
-    };
-    if last <= first {
-        return;
+    // SAFETY: `__errno_location` returns this thread's errno, valid for as
+    // long as the thread runs; it is read and written only here, on this
+    // thread. sysconf(_SC_PAGESIZE) reads a value the C library holds since
+    // start-up, without allocating. [start, end) holds the block the
+    // allocator just returned and the rest of the pages it shares, all
+    // mapped; madvise needs `start` page-aligned, which it is, and rounds
+    // the length up itself. MADV_HUGEPAGE changes how the kernel backs the
+    // range, never its content or its mapping's extent; a refusal (a kernel
+    // without transparent huge pages) leaves small pages, which are
+    // correct, and the errno it sets is put back so that an allocation
+    // never changes it.
+    unsafe {
+        let errno = libc::__errno_location();
+        let saved = *errno;
+        let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
+        let start = block as usize / page * page;
+        let _ = libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        *errno = saved;
     }
-    // SAFETY: [first, last) lies inside the block the allocator just
-    // returned, and is page-aligned as madvise requires. MADV_HUGEPAGE
-    // changes how the kernel backs the range, never its content or its
-    // mapping's extent; a refusal leaves small pages, which are correct.
-    let _ = unsafe {
-        libc::madvise(
-            first as *mut libc::c_void,
-            last - first,
-            libc::MADV_HUGEPAGE,
-        )
-    };
 }
 
 /// Elsewhere large blocks fault in page by page.
@@ -607,9 +621,9 @@ const KEPT_FREE: libc::c_int = 2 << 20;
 /// * Every allocation of [`LARGE_ALLOCATION`] bytes or more gets a mapping
 ///   of its own, returned to the system when it is freed. glibc otherwise
 ///   raises that threshold after the first large free and serves later
-///   large blocks from per-thread arenas that keep their pages: twenty
-///   workers each keeping the pages of the largest response it once built
-///   would hold hundreds of megabytes that nothing uses.
+///   large blocks from per-thread arenas that keep their pages: every
+///   worker keeping the pages of the largest response it once built would
+///   hold a hundred megabytes and more that nothing uses.
 /// * An arena keeps up to [`KEPT_FREE`] of freed memory at its top instead
 ///   of 128 KiB. Below the mapping threshold, the socket writer's TLS
 ///   records (up to 1 MiB queued, allocated and freed record by record) are
@@ -617,7 +631,10 @@ const KEPT_FREE: libc::c_int = 2 << 20;
 ///   gave those pages back and faulted them in again for the next message,
 ///   about 4,500 page faults per 10 MiB read. What this keeps is bounded by
 ///   the threshold times the arenas, which are at most one per thread, and
-///   in practice by what each thread frees at once.
+///   in practice by what each thread frees at once. Memory kept this way
+///   still holds what was last written in it (file bytes, TLS records) until
+///   reused, as any freed memory does before it is returned; the process is
+///   not dumpable and its memory not readable by other users.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune_allocator() {
     // SAFETY: mallopt only changes a tuning parameter of the allocator,
@@ -720,16 +737,16 @@ mod tests {
         }
     }
 
-    /// The `VmFlags` of the mapping that holds `address`, from
+    /// The extent and `VmFlags` of the mapping that holds `address`, from
     /// `/proc/self/smaps`.
     #[cfg(target_os = "linux")]
-    fn mapping_flags(address: usize) -> String {
+    fn mapping_of(address: usize) -> (std::ops::Range<usize>, String) {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
+        let mut holding = None;
         for line in smaps.lines() {
             if let Some(flags) = line.strip_prefix("VmFlags:") {
-                if inside {
-                    return flags.trim().to_owned();
+                if let Some(range) = holding {
+                    return (range, flags.trim().to_owned());
                 }
                 continue;
             }
@@ -738,7 +755,7 @@ mod tests {
                 let from = usize::from_str_radix(from, 16);
                 let to = usize::from_str_radix(to, 16);
                 if let (Ok(from), Ok(to)) = (from, to) {
-                    inside = (from..to).contains(&address);
+                    holding = Some(from..to).filter(|r| r.contains(&address));
                 }
             }
         }
@@ -747,7 +764,10 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn only_blocks_holding_a_whole_huge_page_are_marked_for_huge_pages() {
+    fn a_large_block_is_marked_for_huge_pages_in_one_piece_and_a_small_one_is_not() {
+        // As the daemon runs: blocks of 1 MiB and more get mappings of
+        // their own.
+        tune_allocator();
         let large = Layout::from_size_align(8 << 20, 16).unwrap();
         let small = Layout::from_size_align(1 << 20, 16).unwrap();
         // SAFETY: both layouts are non-zero; each block is checked non-null
@@ -756,13 +776,16 @@ mod tests {
             let block = LargePages.alloc(large);
             let other = LargePages.alloc(small);
             assert!(!block.is_null() && !other.is_null());
-            let inside = (block as usize).next_multiple_of(2 << 20);
-            let flags = mapping_flags(inside);
+            let (extent, flags) = mapping_of(block as usize);
             // A kernel built without transparent huge pages refuses the
             // hint; every kernel that has them takes it, whatever its mode.
             let supported = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
             assert_eq!(flags.split(' ').any(|f| f == "hg"), supported, "{flags}");
-            let flags = mapping_flags(other as usize);
+            // Not split around the huge pages: the whole block is one
+            // mapping, which the allocator can grow in place.
+            let end = block as usize + large.size();
+            assert!(extent.end >= end, "{extent:x?} ends before {end:#x}");
+            let (_, flags) = mapping_of(other as usize);
             assert!(!flags.split(' ').any(|f| f == "hg"), "{flags}");
             LargePages.dealloc(other, small);
             LargePages.dealloc(block, large);
