@@ -1444,6 +1444,24 @@ fn cross_device_move_of_a_file_copies_content_mode_and_times() {
 }
 
 #[test]
+fn cross_device_move_of_a_large_file_copies_every_byte_in_order() {
+    both_with_mount(|fx| {
+        // Several copy chunks' worth (64 KiB each) of bytes that never
+        // repeat at a chunk's distance: a chunk written at the wrong offset
+        // changes the file.
+        let content: Vec<u8> = (0u32..300_000)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        std::fs::write(fx.at("big"), &content).unwrap();
+        let o = fx.mv(&fx.p("big"), &fx.p("mnt/big"), false);
+        assert_ack(fx, &o);
+        assert!(!exists(&fx.at("big")));
+        assert_eq!(std::fs::read(fx.at("mnt/big")).unwrap(), content);
+        assert!(temp_files(&fx.at("mnt")).is_empty());
+    });
+}
+
+#[test]
 fn cross_device_move_of_a_tree_recreates_links_as_links() {
     both_with_mount(|fx| {
         std::fs::create_dir_all(fx.at("tree/a/b")).unwrap();
