@@ -10,25 +10,25 @@
 //! echo the offending content in an error: file bytes are not logged.
 
 use std::fmt;
+use std::sync::LazyLock;
 
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurposeConfig, Simd};
 
-/// The encoder: standard alphabet, `=` padding.
-fn encoder() -> Simd {
-    Simd::standard(GeneralPurposeConfig::new())
-}
+/// The encoder: standard alphabet, `=` padding. Built once: building an
+/// engine computes its decoding table and probes the processor.
+static ENCODER: LazyLock<Simd> = LazyLock::new(|| Simd::standard(GeneralPurposeConfig::new()));
 
 /// The decoder behind [`Checked`]: it only ever sees data characters
 /// already checked here, so it needs no padding, and it keeps Python's
 /// tolerance of non-zero unused bits in the last group.
-fn decoder() -> Simd {
+static DECODER: LazyLock<Simd> = LazyLock::new(|| {
     Simd::standard(
         GeneralPurposeConfig::new()
             .with_decode_allow_trailing_bits(true)
             .with_decode_padding_mode(DecodePaddingMode::RequireNone),
     )
-}
+});
 
 /// Why [`check_strict`] refused a text. The `Display` form is a short
 /// reason; the caller prefixes it with "Bad base64: ".
@@ -96,12 +96,12 @@ impl From<Base64Error> for std::io::Error {
 /// Encodes `bytes` with the standard alphabet and `=` padding, without line
 /// breaks. The output is exactly `4 × ceil(len / 3)` characters.
 pub fn encode(bytes: &[u8]) -> String {
-    encoder().encode(bytes)
+    ENCODER.encode(bytes)
 }
 
 /// Appends the encoding of `bytes` to `text`, as [`encode`] spells it.
 pub fn encode_into(bytes: &[u8], text: &mut String) {
-    encoder().encode_string(bytes, text);
+    ENCODER.encode_string(bytes, text);
 }
 
 /// How many characters [`encode`] makes of `len` bytes.
@@ -224,7 +224,7 @@ impl Checked {
 /// into `out`, which has room for `⌈len / 4⌉ × 3` bytes; returns how many
 /// bytes it made.
 fn decode_run(chars: &[u8], offset: usize, out: &mut [u8]) -> Result<usize, Base64Error> {
-    decoder()
+    DECODER
         .decode_slice(chars, out)
         // The checks leave the decoder nothing to refuse; should it, the
         // reason names where it stopped.
@@ -359,11 +359,11 @@ mod tests {
     #[test]
     fn data_characters_are_exactly_the_decoder_alphabet() {
         for b in 0..=u8::MAX {
-            let short = decoder().decode([b, b'A']).is_ok();
+            let short = DECODER.decode([b, b'A']).is_ok();
             assert_eq!(is_data(b), short, "byte {b:#04x} in a last group");
             let mut run = vec![b'A'; 256];
             run[200] = b;
-            let long = decoder().decode(&run).is_ok();
+            let long = DECODER.decode(&run).is_ok();
             assert_eq!(is_data(b), long, "byte {b:#04x} in a long run");
         }
     }
