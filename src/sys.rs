@@ -512,12 +512,12 @@ pub fn start_writeback(fd: BorrowedFd<'_>, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 
-/// The process's allocator: the system's, with every block large enough to
-/// hold a whole 2 MiB page backed by huge pages where the kernel allows
-/// (`MADV_HUGEPAGE` over the whole huge pages inside it). A 10 MiB file
-/// crosses the daemon as blocks of 13.3 MiB (the WebSocket message, its
-/// parsed content, the response being built), each freshly mapped; faulted
-/// in 4 KiB at a time, that is about 3,400 faults a block, and a few with
+/// The process's allocator: the system's, with every block of 2 MiB or
+/// more marked for huge pages where the kernel allows (`MADV_HUGEPAGE`, see
+/// [`advise_huge_pages`]). A 10 MiB file crosses the daemon as blocks of
+/// 13.3 MiB (the WebSocket message, its parsed content, the response being
+/// built), each freshly mapped; faulted in 4 KiB at a time, that is about
+/// 3,400 faults a block, and far fewer when its 2 MiB-aligned parts get
 /// huge pages. A hint only, ignored where huge pages are off or
 /// unsupported. Installed by the executable, not by the library.
 ///
@@ -531,9 +531,8 @@ pub struct LargePages;
 // SAFETY: every method forwards its arguments unchanged to `System`, whose
 // guarantees therefore hold for the caller, and returns what `System`
 // returned. The one addition, `advise_huge_pages`, only hints how the kernel
-// backs the pages of the block just returned: it changes neither their
-// content nor any mapping's extent, it keeps errno, and it does not
-// allocate.
+// backs pages that are already mapped: it changes no byte of memory, it
+// puts back the errno it may set, and it does not allocate.
 unsafe impl GlobalAlloc for LargePages {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
@@ -564,35 +563,42 @@ unsafe impl GlobalAlloc for LargePages {
     }
 }
 
-/// `MADV_HUGEPAGE` over the pages that hold the `len` bytes at `block`, when
-/// `len` is at least one huge page (nothing for a null block).
+/// `MADV_HUGEPAGE` over the pages that hold the block of `len` bytes at
+/// `block`, as the C allocator laid it out, when `len` is at least one huge
+/// page (nothing for a null block).
 ///
-/// The advice covers whole small pages around the block, not only the huge
-/// pages inside it: the allocator gives a block this large a mapping of its
-/// own, and advice over part of a mapping splits it, after which the
-/// allocator can no longer grow or shrink the block in place (`mremap`
-/// works within one mapping) and copies it instead. Only the 2 MiB-aligned
-/// parts get huge pages; the rest keeps small ones.
+/// A block this large normally has a mapping of its own (with glibc once
+/// [`tune_allocator`] has run, and with musl), with the allocator's header
+/// in its first page and its usable size reaching its last. The advice
+/// covers all of that, not only the huge pages inside the block: advice
+/// over part of a mapping splits it, after which the allocator can no
+/// longer grow or shrink the block in place (`mremap` works within one
+/// mapping) and copies it instead. A block carved from an arena's free
+/// memory instead shares its first and last pages with neighbours, which
+/// get the hint too and keep it after the block is freed; only whole
+/// 2 MiB-aligned parts ever get huge pages.
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(block: *mut u8, len: usize) {
     const HUGE: usize = 2 << 20;
     if block.is_null() || len < HUGE {
         return;
     }
-    let Some(end) = (block as usize).checked_add(len) else {
+    // SAFETY: `block` is a live block of the C allocator (just returned by
+    // it), which `malloc_usable_size` reads the header of, without locking
+    // or allocating.
+    let usable = unsafe { usable_size(block) }.max(len);
+    let Some(end) = (block as usize).checked_add(usable) else {
         return;
     };
     // SAFETY: `__errno_location` returns this thread's errno, valid for as
     // long as the thread runs; it is read and written only here, on this
     // thread. sysconf(_SC_PAGESIZE) reads a value the C library holds since
-    // start-up, without allocating. [start, end) holds the block the
-    // allocator just returned and the rest of the pages it shares, all
-    // mapped; madvise needs `start` page-aligned, which it is, and rounds
-    // the length up itself. MADV_HUGEPAGE changes how the kernel backs the
-    // range, never its content or its mapping's extent; a refusal (a kernel
-    // without transparent huge pages) leaves small pages, which are
-    // correct, and the errno it sets is put back so that an allocation
-    // never changes it.
+    // start-up, without allocating. [start, end) holds the block and the
+    // rest of the pages it lies in, all mapped; madvise needs `start`
+    // page-aligned, which it is, and rounds the length up itself.
+    // MADV_HUGEPAGE changes how the kernel backs the range, never a byte of
+    // it; a refusal (a kernel without transparent huge pages) leaves small
+    // pages, which are correct, and the errno it sets is put back.
     unsafe {
         let errno = libc::__errno_location();
         let saved = *errno;
@@ -601,6 +607,22 @@ fn advise_huge_pages(block: *mut u8, len: usize) {
         let _ = libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
         *errno = saved;
     }
+}
+
+/// The usable size of a live block of the C allocator.
+///
+/// # Safety
+/// `block` must be a live block of the C allocator.
+#[cfg(all(target_os = "linux", any(target_env = "gnu", target_env = "musl")))]
+unsafe fn usable_size(block: *mut u8) -> usize {
+    // SAFETY: the caller passes a live block of the C allocator.
+    unsafe { libc::malloc_usable_size(block.cast()) }
+}
+
+/// Other C libraries: only the size asked for is known.
+#[cfg(all(target_os = "linux", not(any(target_env = "gnu", target_env = "musl"))))]
+unsafe fn usable_size(_block: *mut u8) -> usize {
+    0
 }
 
 /// Elsewhere large blocks fault in page by page.
@@ -717,6 +739,7 @@ mod tests {
 
     #[test]
     fn large_blocks_keep_their_content_through_the_allocator() {
+        tune_allocator();
         let layout = Layout::from_size_align(5 << 20, 16).unwrap();
         // SAFETY: the layout is non-zero; every block is checked non-null,
         // used within its size and freed once with the layout it has.
@@ -762,33 +785,81 @@ mod tests {
         panic!("no mapping holds {address:#x}");
     }
 
+    /// Whether this kernel takes `MADV_HUGEPAGE` (it refuses it when built
+    /// without transparent huge pages), tried on a mapping of the test's own.
+    #[cfg(target_os = "linux")]
+    fn kernel_takes_huge_page_advice() -> bool {
+        let len = 4 << 20;
+        // SAFETY: a fresh private anonymous mapping, advised and unmapped
+        // here and used by nothing else.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            let taken = libc::madvise(map, len, libc::MADV_HUGEPAGE) == 0;
+            libc::munmap(map, len);
+            taken
+        }
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
-    fn a_large_block_is_marked_for_huge_pages_in_one_piece_and_a_small_one_is_not() {
+    fn a_large_block_is_marked_for_huge_pages_as_one_mapping() {
         // As the daemon runs: blocks of 1 MiB and more get mappings of
         // their own.
         tune_allocator();
-        let large = Layout::from_size_align(8 << 20, 16).unwrap();
-        let small = Layout::from_size_align(1 << 20, 16).unwrap();
-        // SAFETY: both layouts are non-zero; each block is checked non-null
-        // and freed once with its layout.
+        let page = 4096;
+        // A power of two, and a size whose mapping has one page more than
+        // the block's own end reaches (the allocator's header and rounding).
+        for len in [8 << 20, 1025 * page - 16] {
+            let layout = Layout::from_size_align(len, 16).unwrap();
+            // SAFETY: the layout is non-zero; the block is checked non-null,
+            // measured while live and freed once with its layout.
+            unsafe {
+                let block = LargePages.alloc(layout);
+                assert!(!block.is_null());
+                let start = block as usize / page * page;
+                let end = (block as usize + usable_size(block)).next_multiple_of(page);
+                let (extent, flags) = mapping_of(block as usize);
+                let hinted = flags.split(' ').any(|f| f == "hg");
+                assert_eq!(hinted, kernel_takes_huge_page_advice(), "{flags}");
+                // Not split: the allocator can still grow it in place.
+                assert!(
+                    extent.start <= start && extent.end >= end,
+                    "{len} bytes at {block:?} in {extent:x?}"
+                );
+                LargePages.dealloc(block, layout);
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_block_under_a_huge_page_is_not_advised() {
+        let len = 1 << 20;
+        // SAFETY: a fresh private anonymous mapping of the test's own,
+        // unmapped once; a block under 2 MiB is returned from before any
+        // allocator call.
         unsafe {
-            let block = LargePages.alloc(large);
-            let other = LargePages.alloc(small);
-            assert!(!block.is_null() && !other.is_null());
-            let (extent, flags) = mapping_of(block as usize);
-            // A kernel built without transparent huge pages refuses the
-            // hint; every kernel that has them takes it, whatever its mode.
-            let supported = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
-            assert_eq!(flags.split(' ').any(|f| f == "hg"), supported, "{flags}");
-            // Not split around the huge pages: the whole block is one
-            // mapping, which the allocator can grow in place.
-            let end = block as usize + large.size();
-            assert!(extent.end >= end, "{extent:x?} ends before {end:#x}");
-            let (_, flags) = mapping_of(other as usize);
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            advise_huge_pages(map.cast(), len);
+            let (_, flags) = mapping_of(map as usize);
+            libc::munmap(map, len);
             assert!(!flags.split(' ').any(|f| f == "hg"), "{flags}");
-            LargePages.dealloc(other, small);
-            LargePages.dealloc(block, large);
         }
     }
 

@@ -2,9 +2,11 @@
 //! `base64` crate's SIMD engine) against that crate's scalar engine. Any
 //! text: the strict check accepts it exactly when the rules of a
 //! `FILE_WRITE` content allow it, and then decodes it, whole or in pieces of
-//! any size, to what the scalar engine makes of its data characters (unused
-//! bits of the last group ignored). Any bytes: the encoding is the scalar
-//! engine's, and it decodes back to the bytes.
+//! 1 to 256 characters, to what the scalar engine makes of its data
+//! characters (unused bits of the last group ignored). Any bytes: the
+//! encoding is the scalar engine's, also when appended a piece at a time as
+//! `FILE_READ` does (pieces of 3 × the piece size), and it decodes back to
+//! the bytes.
 #![no_main]
 
 use autogpt_shim::files::base64::{self as shim, Base64Error};
@@ -49,6 +51,11 @@ fuzz_target!(|data: &[u8]| {
 
     let encoded = shim::encode(input);
     assert_eq!(encoded, STANDARD.encode(input));
+    let mut appended = String::from("prefix");
+    for piece in input.chunks(piece_chars * 3) {
+        shim::encode_into(piece, &mut appended);
+    }
+    assert_eq!(appended.strip_prefix("prefix"), Some(encoded.as_str()));
     assert_eq!(shim::decode_strict(encoded).as_deref(), Ok(input));
 
     let Ok(text) = String::from_utf8(input.to_vec()) else {

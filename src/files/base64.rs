@@ -13,17 +13,32 @@ use std::fmt;
 use std::sync::LazyLock;
 
 use base64::Engine as _;
-use base64::engine::{DecodePaddingMode, GeneralPurposeConfig, Simd};
+use base64::engine::{DecodePaddingMode, GeneralPurposeConfig};
+
+/// The crate's SIMD engine, which picks its vector code at run time, where
+/// it exists; its scalar engine, which codes the same, elsewhere.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+type Coder = base64::engine::Simd;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+type Coder = base64::engine::GeneralPurpose;
+
+/// A [`Coder`] for the standard alphabet.
+fn standard(config: GeneralPurposeConfig) -> Coder {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    return Coder::standard(config);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    return Coder::new(&base64::alphabet::STANDARD, config);
+}
 
 /// The encoder: standard alphabet, `=` padding. Built once: building an
 /// engine computes its decoding table and probes the processor.
-static ENCODER: LazyLock<Simd> = LazyLock::new(|| Simd::standard(GeneralPurposeConfig::new()));
+static ENCODER: LazyLock<Coder> = LazyLock::new(|| standard(GeneralPurposeConfig::new()));
 
 /// The decoder behind [`Checked`]: it only ever sees data characters
 /// already checked here, so it needs no padding, and it keeps Python's
 /// tolerance of non-zero unused bits in the last group.
-static DECODER: LazyLock<Simd> = LazyLock::new(|| {
-    Simd::standard(
+static DECODER: LazyLock<Coder> = LazyLock::new(|| {
+    standard(
         GeneralPurposeConfig::new()
             .with_decode_allow_trailing_bits(true)
             .with_decode_padding_mode(DecodePaddingMode::RequireNone),
