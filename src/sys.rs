@@ -785,27 +785,48 @@ mod tests {
         panic!("no mapping holds {address:#x}");
     }
 
+    /// A private anonymous mapping of the test's own, unmapped when dropped.
+    #[cfg(target_os = "linux")]
+    struct Scratch {
+        at: *mut libc::c_void,
+        len: usize,
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Scratch {
+        fn new(len: usize) -> Self {
+            // SAFETY: with a null hint and no MAP_FIXED, mmap makes a fresh
+            // mapping that overlaps nothing already mapped.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            Scratch { at, len }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            // SAFETY: the mapping is this value's own, unmapped only here.
+            unsafe { libc::munmap(self.at, self.len) };
+        }
+    }
+
     /// Whether this kernel takes `MADV_HUGEPAGE` (it refuses it when built
     /// without transparent huge pages), tried on a mapping of the test's own.
     #[cfg(target_os = "linux")]
     fn kernel_takes_huge_page_advice() -> bool {
-        let len = 4 << 20;
-        // SAFETY: a fresh private anonymous mapping, advised and unmapped
-        // here and used by nothing else.
-        unsafe {
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            let taken = libc::madvise(map, len, libc::MADV_HUGEPAGE) == 0;
-            libc::munmap(map, len);
-            taken
-        }
+        let scratch = Scratch::new(4 << 20);
+        // SAFETY: the range is the scratch mapping, which nothing else uses.
+        unsafe { libc::madvise(scratch.at, scratch.len, libc::MADV_HUGEPAGE) == 0 }
     }
 
     #[cfg(target_os = "linux")]
@@ -842,25 +863,12 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_block_under_a_huge_page_is_not_advised() {
-        let len = 1 << 20;
-        // SAFETY: a fresh private anonymous mapping of the test's own,
-        // unmapped once; a block under 2 MiB is returned from before any
-        // allocator call.
-        unsafe {
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            advise_huge_pages(map.cast(), len);
-            let (_, flags) = mapping_of(map as usize);
-            libc::munmap(map, len);
-            assert!(!flags.split(' ').any(|f| f == "hg"), "{flags}");
-        }
+        // A block under 2 MiB is left before anything reads the allocator's
+        // header, so a mapping of the test's own can stand for it.
+        let scratch = Scratch::new(1 << 20);
+        advise_huge_pages(scratch.at.cast(), scratch.len);
+        let (_, flags) = mapping_of(scratch.at as usize);
+        assert!(!flags.split(' ').any(|f| f == "hg"), "{flags}");
     }
 
     #[test]
