@@ -19,6 +19,7 @@ use autogpt_shim::daemon::{
 };
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::{Jail, JailOptions};
+use autogpt_shim::protocol::Encoded;
 use autogpt_shim::transport::{Bytes, CloseInfo};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use serde_json::{Value, json};
@@ -54,8 +55,8 @@ enum Sent {
 struct MemOut(Sender<Sent>);
 
 impl Outbound for MemOut {
-    fn send(&mut self, text: String) -> Result<(), Ended> {
-        let v: Value = serde_json::from_str(&text).unwrap();
+    fn send(&mut self, text: Encoded) -> Result<(), Ended> {
+        let v: Value = serde_json::from_str(&text.into_string()).unwrap();
         self.0.send(Sent::Frame(v)).map_err(|_| Ended::Closed(None))
     }
     fn close(&mut self, code: u16, _reason: &str) {

@@ -460,8 +460,11 @@ fn oversized_response_is_replaced_by_file_too_large_and_exact_limit_passes() {
         let n = MAX_WEBSOCKET_MESSAGE_BYTES - overhead - 8;
         let exact = protocol::encode_response(make(n)).unwrap();
         assert_eq!(exact.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
+        assert_eq!(exact.into_string().len(), MAX_WEBSOCKET_MESSAGE_BYTES);
 
-        let over = protocol::encode_response(make(n + 1)).unwrap();
+        let over = protocol::encode_response(make(n + 1))
+            .unwrap()
+            .into_string();
         let frame = protocol::decode(&over).unwrap();
         assert_eq!(frame.id, "r1");
         assert_eq!(frame.pending_capacity, Some(3));
@@ -503,7 +506,14 @@ fn a_large_base64_file_contents_encodes_exactly_as_serializing_it_would() {
                 .with_capacity(7);
                 let generic = protocol::encode(&frame).unwrap();
                 let built = protocol::encode_response(frame).unwrap();
-                assert!(built == generic, "id {id:?}, {groups} groups");
+                // Large content is left in its own piece.
+                let [_, content, _] = built.clone().into_pieces();
+                assert_eq!(
+                    content.is_empty(),
+                    groups * 4 + 4 < 64 * 1024,
+                    "{groups} groups"
+                );
+                assert!(built.into_string() == generic, "id {id:?}, {groups} groups");
             }
         }
     }
@@ -527,7 +537,9 @@ fn large_content_marked_base64_that_needs_escaping_is_still_escaped() {
             }),
         );
         let generic = protocol::encode(&frame).unwrap();
-        let built = protocol::encode_response(frame.clone()).unwrap();
+        let built = protocol::encode_response(frame.clone())
+            .unwrap()
+            .into_string();
         assert!(built == generic, "{odd:?}");
         assert_eq!(protocol::decode(built).unwrap(), frame, "{odd:?}");
     }
@@ -572,9 +584,12 @@ fn restamping_a_response_gives_the_text_encoded_with_the_new_capacity() {
                     .with_capacity(capacity)
                 };
                 let mut text = protocol::encode_response(make(before)).unwrap();
-                assert!(protocol::restamp_capacity(&mut text, after));
+                assert!(text.restamp_capacity(after));
                 let expected = protocol::encode_response(make(after)).unwrap();
-                assert!(text == expected, "id {id:?}, {before} -> {after}");
+                assert!(
+                    text.into_string() == expected.into_string(),
+                    "id {id:?}, {before} -> {after}"
+                );
             }
         }
     }
@@ -613,11 +628,12 @@ fn a_frame_at_the_cap_is_not_restamped_past_it() {
     }
     assert_eq!(text.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
     let before = text.clone();
-    assert!(!protocol::restamp_capacity(&mut text, 10));
+    assert!(!text.restamp_capacity(10));
     assert!(text == before);
     // The same number of digits still fits.
-    assert!(protocol::restamp_capacity(&mut text, 8));
+    assert!(text.restamp_capacity(8));
     assert_eq!(text.len(), MAX_WEBSOCKET_MESSAGE_BYTES);
+    assert_eq!(text.into_string().len(), MAX_WEBSOCKET_MESSAGE_BYTES);
 }
 
 /// A frame without a capacity number is left as it is.
@@ -625,8 +641,8 @@ fn a_frame_at_the_cap_is_not_restamped_past_it() {
 fn a_frame_without_a_capacity_is_not_restamped() {
     use protocol::{Frame, Message};
     let frame = Frame::new("r1", 1.5, Message::Pong(Default::default()));
-    let mut text = protocol::encode(&frame).unwrap();
+    let mut text = protocol::Encoded::from(protocol::encode(&frame).unwrap());
     let before = text.clone();
-    assert!(!protocol::restamp_capacity(&mut text, 4));
+    assert!(!text.restamp_capacity(4));
     assert_eq!(text, before);
 }

@@ -229,6 +229,52 @@ fn a_large_message_is_sent_in_fragments_that_arrive_as_one_message() {
     assert_eq!(received.recv().unwrap(), Message::text("after"));
 }
 
+/// A message given in pieces arrives as their joined text, however the
+/// pieces fall against the fragments, and the 16 MiB cap counts them all.
+#[test]
+fn a_message_in_pieces_arrives_as_their_joined_text() {
+    let (texts, received) = report();
+    let (reader, writer, server) = open(move |socket| {
+        socket.set_config(|config| config.max_frame_size = Some(FRAGMENT_BYTES));
+        for message in drain(socket) {
+            let _ = texts.send(message);
+        }
+    });
+    let body: String = (0..2 * FRAGMENT_BYTES + 7)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let messages = [
+        ["{\"head\":\"".to_owned(), body.clone(), "\"}".to_owned()],
+        [String::new(), body.clone(), String::new()],
+        [body.clone(), String::new(), "é".to_owned()],
+        ["small ".to_owned(), "in ".to_owned(), "pieces".to_owned()],
+        [String::new(), String::new(), String::new()],
+    ];
+    for pieces in messages.clone() {
+        writer.send_text_pieces(pieces).unwrap();
+    }
+    let over = [
+        "x".to_owned(),
+        "y".repeat(MAX_MESSAGE_BYTES - 1),
+        "z".to_owned(),
+    ];
+    assert!(matches!(
+        writer.send_text_pieces(over),
+        Err(TransportError::OutboundTooLarge { size }) if size == MAX_MESSAGE_BYTES + 1
+    ));
+    writer.send_text("after".to_owned()).unwrap();
+    finish(reader, writer, server);
+    for pieces in messages {
+        let joined = pieces.concat();
+        assert!(
+            received.recv().unwrap() == Message::text(joined.clone()),
+            "other text than the {} bytes joined",
+            joined.len()
+        );
+    }
+    assert_eq!(received.recv().unwrap(), Message::text("after"));
+}
+
 #[test]
 fn a_large_send_waits_for_a_platform_that_is_busy_sending() {
     let (lengths, received) = report();

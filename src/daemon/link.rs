@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use super::session::{Ended, Inbound, Outbound};
+use crate::protocol::Encoded;
 use crate::transport::{
     Bytes, Incoming, Keepalive, KeepaliveAction, Reader, TransportError, Writer,
 };
@@ -78,16 +79,21 @@ impl Inbound for LinkIn {
 pub struct LinkOut(pub Writer);
 
 impl Outbound for LinkOut {
-    fn send(&mut self, text: String) -> Result<(), Ended> {
+    fn send(&mut self, text: Encoded) -> Result<(), Ended> {
         self.0
-            .send_text(text)
+            .send_text_pieces(text.into_pieces())
             .map_err(|e| Ended::Failed(e.audit_reason()))
     }
 
-    fn send_queued(&mut self, text: String) -> Result<(), Ended> {
-        self.0
-            .queue_text(text)
-            .map_err(|e| Ended::Failed(e.audit_reason()))
+    fn send_queued(&mut self, text: Encoded) -> Result<(), Ended> {
+        let sent = match text.into_pieces() {
+            [whole, content, tail] if content.is_empty() && tail.is_empty() => {
+                self.0.queue_text(whole)
+            }
+            // Only a large response is in pieces, and it is sent at once.
+            pieces => self.0.send_text_pieces(pieces),
+        };
+        sent.map_err(|e| Ended::Failed(e.audit_reason()))
     }
 
     fn flush(&mut self) -> Result<(), Ended> {

@@ -42,7 +42,7 @@ use crate::exec::{Cancel, ExecContext, PlatformDeadline, Spawner};
 use crate::files::FileContext;
 use crate::jail::Jail;
 use crate::protocol::{
-    self, Capability, DecodeError, ErrorCode, ErrorPayload, Frame, Message, MessageType,
+    self, Capability, DecodeError, Encoded, ErrorCode, ErrorPayload, Frame, Message, MessageType,
 };
 use crate::transport::{Bytes, CloseInfo};
 
@@ -92,10 +92,10 @@ pub trait Inbound {
 /// The sending half, owned by the writer thread.
 pub trait Outbound: Send {
     /// Sends one text message.
-    fn send(&mut self, text: String) -> Result<(), Ended>;
+    fn send(&mut self, text: Encoded) -> Result<(), Ended>;
     /// Queues one text message that may wait to reach the socket until the
     /// next [`Outbound::flush`]: the writer has more at hand.
-    fn send_queued(&mut self, text: String) -> Result<(), Ended> {
+    fn send_queued(&mut self, text: Encoded) -> Result<(), Ended> {
         self.send(text)
     }
     /// Hands everything queued to the socket.
@@ -344,7 +344,7 @@ enum Out {
 /// slot until the writer takes it, its bytes stay counted until they are
 /// handed to the socket.
 struct Response {
-    text: String,
+    text: Encoded,
     held: Held,
     admitted: Admitted,
 }
@@ -1057,7 +1057,8 @@ fn healthy(shared: &Shared) -> bool {
 /// replies' headroom is full) the connection is given up, and the runtime
 /// connects again.
 fn answer(shared: &Shared, lane: Lane, frame: Frame) {
-    let queued = protocol::encode_response(frame).is_ok_and(|text| queue_reply(shared, lane, text));
+    let queued = protocol::encode_response(frame)
+        .is_ok_and(|text| queue_reply(shared, lane, text.into_string()));
     if !queued {
         let _ = shared.send_failed.set(Ended::Failed(UNANSWERED.into()));
     }
@@ -1202,7 +1203,7 @@ fn flush(shared: &Shared, out: &mut impl Outbound) -> bool {
 fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
     let sent = match item {
         Out::Frame(text, held) => {
-            let sent = out.send_queued(text);
+            let sent = out.send_queued(text.into());
             drop(held);
             sent
         }
@@ -1217,13 +1218,13 @@ fn deliver(shared: &Shared, out: &mut impl Outbound, item: Out) -> bool {
             // (the response was encoded before its record was durable, and
             // requests admitted meanwhile count).
             let released = admitted.finish();
-            protocol::restamp_capacity(&mut text, released.pending_capacity);
+            text.restamp_capacity(released.pending_capacity);
             let sent = out.send_queued(text);
             drop(held);
             // §9.2: right after the response that ended saturation.
             match sent {
                 Ok(()) if released.edge_status => {
-                    status_frame(shared).map_or(Ok(()), |s| out.send_queued(s))
+                    status_frame(shared).map_or(Ok(()), |s| out.send_queued(s.into()))
                 }
                 sent => sent,
             }

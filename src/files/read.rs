@@ -10,7 +10,7 @@ use super::{FileContext, FileError, FileOutcome, JailedError, SizeExcess, Step, 
 use crate::audit::Details;
 use crate::protocol::{
     Encoding, FileContents, FileRead, MAX_WIRE_BASE64_CONTENT_BYTES, MAX_WIRE_TEXT_CONTENT_BYTES,
-    Message, MessageType, RESPONSE_HEADROOM, ReadFormat,
+    Message, MessageType, ReadFormat,
 };
 
 /// Bytes read per `pread` call; a multiple of three, so that base64 content
@@ -125,12 +125,9 @@ fn read_range(
     let want = if req.offset >= size { 0 } else { want };
     let (content, encoding, read) = if binary {
         // Encoded as it is read, a chunk at a time: the file's bytes are
-        // never held whole beside their text. The room for the envelope
-        // lets the response frame be built in this buffer (see
-        // `encode_response`).
-        let mut text = String::with_capacity(
-            super::base64::encoded_len(expected).saturating_add(RESPONSE_HEADROOM),
-        );
+        // never held whole beside their text, and the text is never grown
+        // (the response is sent around this buffer, see `Encoded`).
+        let mut text = String::with_capacity(super::base64::encoded_len(expected));
         let mut chunk = vec![0; want.min(CHUNK)];
         let read = read_chunks(fd, req.offset, want, shown, &mut chunk, |bytes| {
             super::base64::encode_into(bytes, &mut text);

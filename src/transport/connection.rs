@@ -53,7 +53,7 @@ pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_CLOSE_REASON_BYTES: usize = 123;
 
 /// Largest frame of an outgoing message; a longer message is sent in
-/// fragments of this size (see [`Writer::send_text`]).
+/// fragments of this size (see [`Writer::send_text_pieces`]).
 pub const FRAGMENT_BYTES: usize = 1 << 20;
 
 /// The largest message [`Writer::queue_text`] leaves queued for a later
@@ -487,6 +487,50 @@ fn write_error(error: tungstenite::Error) -> TransportError {
 
 /// The writing half. Clones share the connection; writes are ordered by
 /// the turn lock.
+/// The text of a message given in pieces, taken from the front.
+struct Pieces {
+    /// The pieces not yet taken whole, the first maybe in part; none empty.
+    pieces: std::collections::VecDeque<Bytes>,
+}
+
+impl Pieces {
+    fn new<const N: usize>(pieces: [String; N]) -> Pieces {
+        Pieces {
+            pieces: pieces
+                .into_iter()
+                .filter(|piece| !piece.is_empty())
+                // The piece's own allocation, shared by its fragments.
+                .map(|piece| Bytes::from(piece.into_bytes()))
+                .collect(),
+        }
+    }
+
+    /// The next `len` bytes, or what is left when that is less: a slice of
+    /// the first piece when it holds them, a copy of those bytes otherwise.
+    fn take(&mut self, len: usize) -> Bytes {
+        if let Some(first) = self.pieces.front_mut() {
+            if first.len() > len {
+                return first.split_to(len);
+            }
+            if first.len() == len {
+                return self.pieces.pop_front().unwrap_or_default();
+            }
+        }
+        let mut joined = Vec::with_capacity(len);
+        while joined.len() < len {
+            let Some(first) = self.pieces.front_mut() else {
+                break;
+            };
+            let part = first.split_to(first.len().min(len - joined.len()));
+            joined.extend_from_slice(&part);
+            if first.is_empty() {
+                self.pieces.pop_front();
+            }
+        }
+        Bytes::from(joined)
+    }
+}
+
 #[derive(Clone)]
 pub struct Writer {
     shared: Arc<Shared>,
@@ -501,32 +545,48 @@ impl fmt::Debug for Writer {
 impl Writer {
     /// Sends one text message (one JSON envelope) and waits until it is
     /// handed to the socket. Over 16 MiB it is refused unsent.
-    ///
-    /// A message over [`FRAGMENT_BYTES`] goes as fragments (RFC 6455 §5.4),
-    /// each queued once the one before is out, so the codec's send buffer
-    /// holds one fragment rather than a second copy of the message (and
-    /// keeps that size for the rest of the connection). Control frames may
-    /// go between fragments, as the RFC allows.
     pub fn send_text(&self, text: String) -> Result<(), TransportError> {
-        if text.len() > MAX_MESSAGE_BYTES {
-            return Err(TransportError::OutboundTooLarge { size: text.len() });
+        self.send_text_pieces([text])
+    }
+
+    /// Sends one text message given as pieces, which the peer receives
+    /// joined in order, and waits until it is handed to the socket. Over
+    /// 16 MiB in all it is refused unsent.
+    ///
+    /// A message over [`FRAGMENT_BYTES`] goes as fragments (RFC 6455 §5.4)
+    /// of that size but the last, cut as from the joined text, each queued
+    /// once the one before is out: the codec's send buffer holds one
+    /// fragment rather than a second copy of the message (and keeps that
+    /// size for the rest of the connection). A fragment inside one piece is
+    /// sent from the piece's own buffer; only one that spans pieces is
+    /// copied, so a large piece is never copied or moved whole. Control
+    /// frames may go between fragments, as the RFC allows. A message of one
+    /// fragment or less goes as one frame.
+    pub fn send_text_pieces<const N: usize>(
+        &self,
+        pieces: [String; N],
+    ) -> Result<(), TransportError> {
+        let size = pieces.iter().map(String::len).sum();
+        if size > MAX_MESSAGE_BYTES {
+            return Err(TransportError::OutboundTooLarge { size });
         }
         let _sending = self.sending();
-        if text.len() <= FRAGMENT_BYTES {
+        if size <= FRAGMENT_BYTES {
+            let text = pieces.concat();
             return self.write_with(|socket| socket.write(Message::Text(text.into())));
         }
-        let bytes = Bytes::from(text.into_bytes());
-        let mut start = 0;
-        while start < bytes.len() {
-            let end = (start + FRAGMENT_BYTES).min(bytes.len());
-            let opcode = if start == 0 {
+        let mut rest = Pieces::new(pieces);
+        let mut sent = 0;
+        while sent < size {
+            let len = FRAGMENT_BYTES.min(size - sent);
+            let opcode = if sent == 0 {
                 OpCode::Data(Data::Text)
             } else {
                 OpCode::Data(Data::Continue)
             };
-            let fragment = Frame::message(bytes.slice(start..end), opcode, end == bytes.len());
+            sent += len;
+            let fragment = Frame::message(rest.take(len), opcode, sent == size);
             self.write_with(|socket| socket.write(Message::Frame(fragment)))?;
-            start = end;
         }
         Ok(())
     }
@@ -536,7 +596,7 @@ impl Writer {
     /// which calls [`Writer::flush`] once it has queued them, so that they
     /// leave together (one TLS record and one system call rather than one
     /// each). A message over [`QUEUED_TEXT_BYTES`] is sent at once, with
-    /// what is queued ahead of it, as [`Writer::send_text`] sends it; so is
+    /// what is queued ahead of it, as [`Writer::send_text_pieces`] sends it; so is
     /// one the socket does not take while it is queued.
     pub fn queue_text(&self, text: String) -> Result<(), TransportError> {
         if text.len() > QUEUED_TEXT_BYTES {
