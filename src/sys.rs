@@ -514,27 +514,48 @@ pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 
 /// The process's allocator: the system's, with every block of 2 MiB or
 /// more marked for huge pages where the kernel allows (`MADV_HUGEPAGE`, see
-/// [`advise_huge_pages`]). A 10 MiB file crosses the daemon as blocks of
-/// 13.3 MiB (the WebSocket message, its parsed content, the response being
-/// built), each freshly mapped; faulted in 4 KiB at a time, that is about
-/// 3,400 faults a block, and far fewer when its 2 MiB-aligned parts get
-/// huge pages. A hint only, ignored where huge pages are off or
-/// unsupported. Installed by the executable, not by the library.
+/// [`advise_huge_pages`]), and the last large blocks freed kept for the
+/// next large allocations (see [`release_kept_blocks`]). A 10 MiB file
+/// crosses the daemon as blocks of 13.3 MiB (the WebSocket message, its
+/// parsed content, the response being built), each freshly mapped; faulted
+/// in 4 KiB at a time, that is about 3,400 faults a block, and far fewer
+/// when its 2 MiB-aligned parts get huge pages. A hint only, ignored where
+/// huge pages are off or unsupported. Installed by the executable, not by
+/// the library.
 ///
 /// Where the kernel compacts memory on demand for advised ranges (`defrag`
 /// set to `madvise`, a common default), a fault in a fragmented machine can
 /// wait for that compaction; the trade is taken for blocks of 2 MiB and up
 /// only, which are the large messages.
+///
+/// A fresh mapping also costs the kernel's clearing of every page of it,
+/// and the copy of a 13.3 MiB message into one (the parsed content of a
+/// large `FILE_WRITE`) paid for that clearing on every message. So up to
+/// [`KEPT_BLOCKS`] freed blocks of [`KEPT_BLOCK_MIN`] to [`KEPT_BLOCK_MAX`]
+/// bytes are kept, pages and all, and the next allocation they fit (at
+/// most twice its size) takes one instead of a fresh mapping. What is kept
+/// is bounded by those numbers, given back when no large message has passed
+/// for a while, and holds what was last written in it until reused, as any
+/// freed memory does.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LargePages;
 
 // SAFETY: every method forwards its arguments unchanged to `System`, whose
 // guarantees therefore hold for the caller, and returns what `System`
-// returned. The one addition, `advise_huge_pages`, only hints how the kernel
+// returned, or a block `System` returned earlier and that was freed since:
+// a block is kept only when freed, taken only when it is at least as large
+// as asked for and aligned as `System` aligns every block of the layouts
+// kept, and each kept block is handed out once (it leaves the store under
+// its lock). Blocks handed out again are still `System`'s, so `System`
+// frees and resizes them. `advise_huge_pages` only hints how the kernel
 // backs pages that are already mapped: it changes no byte of memory, it
-// puts back the errno it may set, and it does not allocate.
+// puts back the errno it may set, and it does not allocate; neither does
+// keeping or taking a block.
 unsafe impl GlobalAlloc for LargePages {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if let Some(block) = take_kept(layout) {
+            return block;
+        }
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
         let block = unsafe { System.alloc(layout) };
         advise_huge_pages(block, layout.size());
@@ -542,6 +563,8 @@ unsafe impl GlobalAlloc for LargePages {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // Not from the kept blocks: a fresh mapping is zero already, a kept
+        // block would have to be cleared.
         // SAFETY: the caller upholds `GlobalAlloc::alloc_zeroed`'s contract.
         let block = unsafe { System.alloc_zeroed(layout) };
         advise_huge_pages(block, layout.size());
@@ -549,6 +572,11 @@ unsafe impl GlobalAlloc for LargePages {
     }
 
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // SAFETY: the caller frees a live block of this allocator, which
+        // came from `System`.
+        if unsafe { keep(block, layout) } {
+            return;
+        }
         // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract, and
         // every block came from `System` through this type.
         unsafe { System.dealloc(block, layout) }
@@ -560,6 +588,119 @@ unsafe impl GlobalAlloc for LargePages {
         let moved = unsafe { System.realloc(block, layout, new_size) };
         advise_huge_pages(moved, new_size);
         moved
+    }
+}
+
+/// Freed large blocks [`LargePages`] keeps at most.
+pub const KEPT_BLOCKS: usize = 2;
+
+/// The smallest block kept: one huge page.
+pub const KEPT_BLOCK_MIN: usize = 2 << 20;
+
+/// The largest block kept: a 16 MiB message and the allocator's rounding.
+pub const KEPT_BLOCK_MAX: usize = 17 << 20;
+
+/// The alignment the C allocator gives every block, and so the largest a
+/// kept block can be handed out for.
+const KEPT_ALIGN: usize = 16;
+
+/// The blocks [`LargePages`] keeps, and when the last was kept.
+struct Kept {
+    blocks: [Option<KeptBlock>; KEPT_BLOCKS],
+    since: Option<std::time::Instant>,
+}
+
+/// A freed block of `System`'s and its usable size.
+struct KeptBlock {
+    at: *mut u8,
+    usable: usize,
+}
+
+// SAFETY: a kept block is freed memory that no thread uses; whichever
+// thread takes it out of the store owns it from then on.
+unsafe impl Send for KeptBlock {}
+
+static KEPT: std::sync::Mutex<Kept> = std::sync::Mutex::new(Kept {
+    blocks: [None, None],
+    since: None,
+});
+
+fn kept() -> std::sync::MutexGuard<'static, Kept> {
+    KEPT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether a block of `layout` may be kept, or served from a kept block.
+fn keepable(layout: Layout) -> bool {
+    (KEPT_BLOCK_MIN..=KEPT_BLOCK_MAX).contains(&layout.size()) && layout.align() <= KEPT_ALIGN
+}
+
+/// A kept block for `layout`, taken out of the store: the smallest that
+/// holds it, and none that is more than twice its size.
+fn take_kept(layout: Layout) -> Option<*mut u8> {
+    if !keepable(layout) {
+        return None;
+    }
+    let size = layout.size();
+    let mut kept = kept();
+    let fits = |b: &KeptBlock| b.usable >= size && b.usable / 2 <= size;
+    let best = kept
+        .blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.as_ref().filter(|b| fits(b)).map(|b| (i, b.usable)))
+        .min_by_key(|&(_, usable)| usable)
+        .map(|(i, _)| i)?;
+    kept.blocks[best].take().map(|b| b.at)
+}
+
+/// Keeps the freed `block` of `layout` when it is of a kept size and there
+/// is room; false: the caller frees it.
+///
+/// # Safety
+/// `block` must be a live block of `System`'s, allocated with `layout`, that
+/// the caller is freeing.
+unsafe fn keep(block: *mut u8, layout: Layout) -> bool {
+    if !keepable(layout) {
+        return false;
+    }
+    // SAFETY: the caller passes a live block of the C allocator.
+    let usable = unsafe { usable_size(block) };
+    if usable < layout.size() || usable > KEPT_BLOCK_MAX {
+        return false;
+    }
+    let mut kept = kept();
+    let Some(free) = kept.blocks.iter_mut().find(|b| b.is_none()) else {
+        return false;
+    };
+    *free = Some(KeptBlock { at: block, usable });
+    kept.since = Some(std::time::Instant::now());
+    true
+}
+
+/// Gives the blocks [`LargePages`] keeps back to the C allocator once
+/// `idle` has passed since the last was kept: the memory of a burst of
+/// large messages is not held after the burst. For a caller with nothing
+/// else to do (a quiet connection), not for a hot path.
+pub fn release_kept_blocks(idle: std::time::Duration) {
+    let released: [Option<KeptBlock>; KEPT_BLOCKS] = {
+        let mut kept = kept();
+        match kept.since {
+            Some(since) if since.elapsed() >= idle => {
+                kept.since = None;
+                std::mem::take(&mut kept.blocks)
+            }
+            _ => return,
+        }
+    };
+    for block in released.into_iter().flatten() {
+        // Every kept layout has this alignment at most, and `System` frees
+        // by pointer alone.
+        if let Ok(layout) = Layout::from_size_align(block.usable, KEPT_ALIGN) {
+            // SAFETY: the block is one of `System`'s, freed by its owner
+            // and since owned by the store, which no longer holds it.
+            unsafe { System.dealloc(block.at, layout) };
+        }
     }
 }
 
@@ -619,8 +760,9 @@ unsafe fn usable_size(block: *mut u8) -> usize {
     unsafe { libc::malloc_usable_size(block.cast()) }
 }
 
-/// Other C libraries: only the size asked for is known.
-#[cfg(all(target_os = "linux", not(any(target_env = "gnu", target_env = "musl"))))]
+/// Other C libraries and systems: only the size asked for is known, so no
+/// block is kept.
+#[cfg(not(all(target_os = "linux", any(target_env = "gnu", target_env = "musl"))))]
 unsafe fn usable_size(_block: *mut u8) -> usize {
     0
 }
@@ -739,6 +881,7 @@ mod tests {
 
     #[test]
     fn large_blocks_keep_their_content_through_the_allocator() {
+        let _alone = allocator_alone();
         tune_allocator();
         let layout = Layout::from_size_align(5 << 20, 16).unwrap();
         // SAFETY: the layout is non-zero; every block is checked non-null,
@@ -757,6 +900,81 @@ mod tests {
             assert!(!zeroed.is_null());
             assert!((0..layout.size()).all(|i| *zeroed.add(i) == 0));
             LargePages.dealloc(zeroed, layout);
+        }
+    }
+
+    /// Holds off the other tests that use [`LargePages`], whose kept blocks
+    /// are shared by the whole process.
+    fn allocator_alone() -> std::sync::MutexGuard<'static, ()> {
+        static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        ALONE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether every byte of the `len` bytes at `block` is `pattern(i)`.
+    ///
+    /// # Safety
+    /// `block` must hold `len` readable bytes.
+    unsafe fn holds(block: *mut u8, len: usize, pattern: impl Fn(usize) -> u8) -> bool {
+        // SAFETY: the caller vouches for the range.
+        (0..len).all(|i| unsafe { *block.add(i) } == pattern(i))
+    }
+
+    #[test]
+    fn a_freed_large_block_is_kept_for_the_next_and_given_back_when_idle() {
+        let _alone = allocator_alone();
+        tune_allocator();
+        release_kept_blocks(std::time::Duration::ZERO);
+        let layout = Layout::from_size_align(8 << 20, 16).unwrap();
+        let pattern = |i: usize| (i % 253) as u8;
+        // SAFETY: the layouts are non-zero; every block is checked non-null,
+        // used within its size and freed once with the layout it was asked
+        // for (a kept block is at least that large).
+        unsafe {
+            let first = LargePages.alloc(layout);
+            assert!(!first.is_null());
+            for i in 0..layout.size() {
+                *first.add(i) = pattern(i);
+            }
+            LargePages.dealloc(first, layout);
+            // Still within the idle time: kept, pages and content.
+            release_kept_blocks(std::time::Duration::from_secs(60));
+            let again = LargePages.alloc(layout);
+            assert_eq!(again, first);
+            assert!(holds(again, layout.size(), pattern));
+            LargePages.dealloc(again, layout);
+
+            // Neither a block of less than half its size nor a zeroed one
+            // takes it; while it is kept, no fresh block can be at its
+            // address.
+            let small = Layout::from_size_align(3 << 20, 16).unwrap();
+            let other = LargePages.alloc(small);
+            assert!(!other.is_null() && other != first);
+            let zeroed = LargePages.alloc_zeroed(layout);
+            assert!(!zeroed.is_null() && zeroed != first);
+            assert!(holds(zeroed, layout.size(), |_| 0));
+            LargePages.dealloc(zeroed, layout);
+            LargePages.dealloc(other, small);
+
+            // Given back: the next block is a fresh, zero-filled mapping.
+            release_kept_blocks(std::time::Duration::ZERO);
+            let fresh = LargePages.alloc(layout);
+            assert!(!fresh.is_null());
+            assert!(holds(fresh, layout.size(), |_| 0));
+            LargePages.dealloc(fresh, layout);
+
+            // Over the largest kept size: given back at once.
+            let huge = Layout::from_size_align(KEPT_BLOCK_MAX + 1, 16).unwrap();
+            let block = LargePages.alloc(huge);
+            assert!(!block.is_null());
+            block.write_bytes(7, huge.size());
+            LargePages.dealloc(block, huge);
+            let next = LargePages.alloc(huge);
+            assert!(!next.is_null());
+            assert!(holds(next, huge.size(), |_| 0));
+            LargePages.dealloc(next, huge);
+            release_kept_blocks(std::time::Duration::ZERO);
         }
     }
 
@@ -834,7 +1052,9 @@ mod tests {
     fn a_large_block_is_marked_for_huge_pages_as_one_mapping() {
         // As the daemon runs: blocks of 1 MiB and more get mappings of
         // their own.
+        let _alone = allocator_alone();
         tune_allocator();
+        release_kept_blocks(std::time::Duration::ZERO);
         let page = 4096;
         // A power of two, and a size whose mapping has one page more than
         // the block's own end reaches (the allocator's header and rounding).

@@ -7,7 +7,7 @@
 //! It never interprets a frame and never holds the transport's turn lock
 //! longer than one reader turn, so the writer thread is not held up.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::session::{Ended, Inbound, Outbound};
 use crate::protocol::Encoded;
@@ -62,7 +62,9 @@ impl Inbound for LinkIn {
                 Ok(Incoming::Pong(payload)) => {
                     self.keepalive.on_pong(&payload);
                 }
-                Ok(Incoming::Idle) => {}
+                // A quiet connection: the large blocks kept for the next
+                // large message go back once none has passed for a while.
+                Ok(Incoming::Idle) => crate::sys::release_kept_blocks(KEPT_BLOCKS_IDLE),
                 Ok(Incoming::Closed(info)) => return Err(Ended::Closed(info)),
                 Err(e) => return Err(Ended::Failed(e.audit_reason())),
             }
@@ -73,6 +75,10 @@ impl Inbound for LinkIn {
         self.writer.abort();
     }
 }
+
+/// How long the allocator keeps freed large blocks after the last large
+/// message (see [`crate::LargePages`]).
+const KEPT_BLOCKS_IDLE: Duration = Duration::from_secs(1);
 
 /// The sending side of a served connection.
 #[derive(Debug)]
