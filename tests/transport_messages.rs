@@ -249,6 +249,15 @@ fn a_message_in_pieces_arrives_as_their_joined_text() {
         [body.clone(), String::new(), "é".to_owned()],
         ["small ".to_owned(), "in ".to_owned(), "pieces".to_owned()],
         [String::new(), String::new(), String::new()],
+        // A piece of exactly one fragment, and a character cut by the
+        // fragment boundary inside a piece and across two pieces.
+        ["f".repeat(FRAGMENT_BYTES), "é".to_owned(), "g".to_owned()],
+        [
+            "h".repeat(FRAGMENT_BYTES - 1) + "éé",
+            body.clone(),
+            String::new(),
+        ],
+        ["i".repeat(FRAGMENT_BYTES - 1), "é".repeat(3), body.clone()],
     ];
     for pieces in messages.clone() {
         writer.send_text_pieces(pieces).unwrap();

@@ -40,6 +40,9 @@ impl Inbound for LinkIn {
             if should_stop() {
                 return Err(Ended::Closed(None));
             }
+            // The large blocks kept for the next large message go back
+            // once none has passed for a while, busy connection or quiet.
+            crate::sys::release_kept_blocks(KEPT_BLOCKS_IDLE);
             let now = Instant::now();
             if self.reader.progressed() {
                 self.keepalive.on_progress(now);
@@ -62,9 +65,7 @@ impl Inbound for LinkIn {
                 Ok(Incoming::Pong(payload)) => {
                     self.keepalive.on_pong(&payload);
                 }
-                // A quiet connection: the large blocks kept for the next
-                // large message go back once none has passed for a while.
-                Ok(Incoming::Idle) => crate::sys::release_kept_blocks(KEPT_BLOCKS_IDLE),
+                Ok(Incoming::Idle) => {}
                 Ok(Incoming::Closed(info)) => return Err(Ended::Closed(info)),
                 Err(e) => return Err(Ended::Failed(e.audit_reason())),
             }

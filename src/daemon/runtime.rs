@@ -370,6 +370,10 @@ fn attempt_once(
     };
     let inbound = LinkIn::new(reader, writer.clone());
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
+    // Nothing more comes on this connection: the large blocks the
+    // allocator kept for its next message go back now, not after the
+    // reconnection's wait.
+    crate::sys::release_kept_blocks(Duration::ZERO);
     connection_ended(session, end)
 }
 

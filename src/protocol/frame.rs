@@ -180,7 +180,8 @@ const SPLICE_MIN_BYTES: usize = 64 * 1024;
 /// read into: the envelope before it (`head`) and after it (`tail`) are
 /// separate strings, so the 13 MiB of a large read are neither copied nor
 /// moved to make room for a few hundred bytes of envelope. Every other
-/// response is one piece, its `head`.
+/// response is one piece, its `head`. Equality compares the pieces, not
+/// only the text they make.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Encoded {
     head: String,

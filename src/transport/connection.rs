@@ -485,8 +485,18 @@ fn write_error(error: tungstenite::Error) -> TransportError {
     }
 }
 
-/// The writing half. Clones share the connection; writes are ordered by
-/// the turn lock.
+/// `pieces` as one string: the one that is not empty, moved, when there
+/// is only one.
+fn joined<const N: usize>(pieces: [String; N]) -> String {
+    if pieces.iter().filter(|piece| !piece.is_empty()).count() <= 1 {
+        return pieces
+            .into_iter()
+            .find(|piece| !piece.is_empty())
+            .unwrap_or_default();
+    }
+    pieces.concat()
+}
+
 /// The text of a message given in pieces, taken from the front.
 struct Pieces {
     /// The pieces not yet taken whole, the first maybe in part; none empty.
@@ -531,6 +541,8 @@ impl Pieces {
     }
 }
 
+/// The writing half. Clones share the connection; writes are ordered by
+/// the turn lock.
 #[derive(Clone)]
 pub struct Writer {
     shared: Arc<Shared>,
@@ -572,7 +584,7 @@ impl Writer {
         }
         let _sending = self.sending();
         if size <= FRAGMENT_BYTES {
-            let text = pieces.concat();
+            let text = joined(pieces);
             return self.write_with(|socket| socket.write(Message::Text(text.into())));
         }
         let mut rest = Pieces::new(pieces);
