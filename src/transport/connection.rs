@@ -730,3 +730,52 @@ impl Writer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    // Test fixtures fail loudly by design.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// The address of every byte of the pieces, in order.
+    fn origins(pieces: &[String]) -> Vec<usize> {
+        pieces
+            .iter()
+            .flat_map(|p| (0..p.len()).map(move |i| p.as_ptr() as usize + i))
+            .collect()
+    }
+
+    #[test]
+    fn fragments_inside_a_piece_are_its_own_bytes_and_only_those_across_pieces_are_copied() {
+        let shapes: [[String; 3]; 4] = [
+            ["ab".into(), "c".repeat(25), "de".into()],
+            [String::new(), "x".repeat(20), String::new()],
+            ["y".repeat(10), String::new(), "z".repeat(10)],
+            ["h".into(), "é".repeat(9), String::new()],
+        ];
+        for pieces in shapes {
+            let joined = pieces.concat();
+            let addresses = origins(&pieces);
+            let mut rest = Pieces::new(pieces);
+            let mut at = 0;
+            while at < joined.len() {
+                // As the writer takes them: full fragments, then the rest.
+                let fragment = rest.take(10.min(joined.len() - at));
+                assert!(!fragment.is_empty() && fragment.len() <= 10);
+                assert_eq!(&fragment[..], &joined.as_bytes()[at..at + fragment.len()]);
+                let end = at + fragment.len();
+                // Contiguous in one piece: the fragment is that piece's
+                // bytes, not a copy of them.
+                let contiguous = addresses[at..end].windows(2).all(|w| w[1] == w[0] + 1);
+                assert_eq!(
+                    fragment.as_ptr() as usize == addresses[at],
+                    contiguous,
+                    "fragment at {at} of {joined:?}"
+                );
+                at = end;
+            }
+            assert!(rest.take(10).is_empty());
+        }
+    }
+}
