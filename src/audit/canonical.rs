@@ -99,10 +99,20 @@ fn shortest_digits(x: f64) -> (String, i64) {
 /// Appends `s` as a JSON string with the escapes of AUDIT.md §5.3 (which are
 /// also Python's `ensure_ascii=False` escapes).
 pub(crate) fn push_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        push_char(out, c);
+    // Every character that is escaped is ASCII, and no byte of a longer
+    // character is, so the text between two of them is copied as it is,
+    // cut at character boundaries.
+    let mut plain = 0;
+    for (at, byte) in s.bytes().enumerate() {
+        if byte == b'"' || byte == b'\\' || byte < 0x20 {
+            out.push_str(&s[plain..at]);
+            push_char(out, char::from(byte));
+            plain = at + 1;
+        }
     }
+    out.push_str(&s[plain..]);
     out.push('"');
 }
 
@@ -298,6 +308,42 @@ mod tests {
             out,
             "\"\\\"\\\\\\b\\t\\n\\f\\r\\u0001\\u001f/\u{7f}\u{2028}é😀\""
         );
+    }
+
+    /// Runs of plain text are copied whole: the result must be the text of
+    /// escaping one character at a time, wherever the escapes fall.
+    #[test]
+    fn strings_are_escaped_as_character_by_character() {
+        let pieces = [
+            "",
+            "a",
+            "é",
+            "😀",
+            "\"",
+            "\\",
+            "\n",
+            "\u{1}",
+            "\u{1f}",
+            "\u{7f}",
+            "plain text",
+        ];
+        let mut texts = vec![String::new()];
+        for first in pieces {
+            for second in pieces {
+                for third in pieces {
+                    texts.push(format!("{first}{second}{third}"));
+                }
+            }
+        }
+        texts.push((0u32..0x80).filter_map(char::from_u32).collect());
+        for text in texts {
+            let mut expected = String::from("\"");
+            text.chars().for_each(|c| push_char(&mut expected, c));
+            expected.push('"');
+            let mut out = String::from("prefix");
+            push_string(&mut out, &text);
+            assert_eq!(out, format!("prefix{expected}"), "{text:?}");
+        }
     }
 
     #[test]
