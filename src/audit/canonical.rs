@@ -325,6 +325,7 @@ mod tests {
             "\u{1}",
             "\u{1f}",
             "\u{7f}",
+            "\u{2028}",
             "plain text",
         ];
         let mut texts = vec![String::new()];

@@ -250,6 +250,10 @@ pub fn run(session: &Session, pool: &WorkerThreads) -> RuntimeEnd {
                 }
             },
         };
+        // The connection is gone, its buffers with it: the large blocks the
+        // allocator kept for its next message go back now, not after the
+        // wait before the next connection (or at the end).
+        crate::sys::release_kept_blocks(Duration::ZERO);
         let delay = match next {
             Next::End(outcome) => return outcome,
             Next::Retry(token) => {
@@ -370,10 +374,6 @@ fn attempt_once(
     };
     let inbound = LinkIn::new(reader, writer.clone());
     let end = session::serve(setup, pool, inbound, LinkOut(writer.clone()), &session.stop);
-    // Nothing more comes on this connection: the large blocks the
-    // allocator kept for its next message go back now, not after the
-    // reconnection's wait.
-    crate::sys::release_kept_blocks(Duration::ZERO);
     connection_ended(session, end)
 }
 
