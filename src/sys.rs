@@ -903,9 +903,7 @@ mod tests {
 
     #[test]
     fn large_blocks_keep_their_content_through_the_allocator() {
-        let _alone = allocator_alone();
-        tune_allocator();
-        release_kept_blocks(std::time::Duration::ZERO);
+        let _alone = allocator_as_the_daemon_runs();
         let layout = Layout::from_size_align(5 << 20, 16).unwrap();
         // SAFETY: the layout is non-zero; every block is checked non-null,
         // used within its size and freed once with the layout it has.
@@ -928,12 +926,16 @@ mod tests {
     }
 
     /// Holds off the other tests that use [`LargePages`], whose kept blocks
-    /// are shared by the whole process.
-    fn allocator_alone() -> std::sync::MutexGuard<'static, ()> {
+    /// are shared by the whole process, then sets the allocator up as the
+    /// daemon does, with no block kept.
+    fn allocator_as_the_daemon_runs() -> std::sync::MutexGuard<'static, ()> {
         static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        ALONE
+        let alone = ALONE
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        tune_allocator();
+        release_kept_blocks(std::time::Duration::ZERO);
+        alone
     }
 
     /// Whether every byte of the `len` bytes at `block` is `pattern(i)`.
@@ -949,9 +951,7 @@ mod tests {
     #[cfg(any(target_env = "gnu", target_env = "musl"))]
     #[test]
     fn a_freed_large_block_is_kept_for_the_next_and_given_back_when_idle() {
-        let _alone = allocator_alone();
-        tune_allocator();
-        release_kept_blocks(std::time::Duration::ZERO);
+        let _alone = allocator_as_the_daemon_runs();
         let layout = Layout::from_size_align(8 << 20, 16).unwrap();
         let pattern = |i: usize| (i % 253) as u8;
         // SAFETY: the layouts are non-zero; every block is checked non-null,
@@ -1088,9 +1088,7 @@ mod tests {
     fn a_large_block_is_marked_for_huge_pages_as_one_mapping() {
         // As the daemon runs: blocks of 1 MiB and more get mappings of
         // their own.
-        let _alone = allocator_alone();
-        tune_allocator();
-        release_kept_blocks(std::time::Duration::ZERO);
+        let _alone = allocator_as_the_daemon_runs();
         let page = 4096;
         // A power of two, and a size whose mapping has one page more than
         // the block's own end reaches (the allocator's header and rounding).

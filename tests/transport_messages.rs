@@ -6,7 +6,7 @@
 
 mod transport_support;
 
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -205,10 +205,10 @@ fn queued_messages_leave_together_with_the_flush_and_in_order() {
     finish(reader, writer, server);
 }
 
-/// A large message leaves in fragments of at most `FRAGMENT_BYTES`, in
-/// order: a platform refusing any longer frame still receives it whole.
-#[test]
-fn a_large_message_is_sent_in_fragments_that_arrive_as_one_message() {
+/// A connection to a platform that refuses any frame longer than
+/// `FRAGMENT_BYTES` and reports every message it receives, once the
+/// connection ends.
+fn open_refusing_long_frames() -> (Reader, Writer, Server, Receiver<Message>) {
     let (texts, received) = report();
     let (reader, writer, server) = open(move |socket| {
         socket.set_config(|config| config.max_frame_size = Some(FRAGMENT_BYTES));
@@ -216,9 +216,22 @@ fn a_large_message_is_sent_in_fragments_that_arrive_as_one_message() {
             let _ = texts.send(message);
         }
     });
-    let text: String = (0..3 * FRAGMENT_BYTES + 5)
+    (reader, writer, server, received)
+}
+
+/// `len` letters, `a` to `z` over and over.
+fn letters(len: usize) -> String {
+    (0..len)
         .map(|i| char::from(b'a' + (i % 26) as u8))
-        .collect();
+        .collect()
+}
+
+/// A large message leaves in fragments of at most `FRAGMENT_BYTES`, in
+/// order: a platform refusing any longer frame still receives it whole.
+#[test]
+fn a_large_message_is_sent_in_fragments_that_arrive_as_one_message() {
+    let (reader, writer, server, received) = open_refusing_long_frames();
+    let text = letters(3 * FRAGMENT_BYTES + 5);
     writer.send_text(text.clone()).unwrap();
     writer.send_text("after".to_owned()).unwrap();
     finish(reader, writer, server);
@@ -233,16 +246,8 @@ fn a_large_message_is_sent_in_fragments_that_arrive_as_one_message() {
 /// pieces fall against the fragments, and the 16 MiB cap counts them all.
 #[test]
 fn a_message_in_pieces_arrives_as_their_joined_text() {
-    let (texts, received) = report();
-    let (reader, writer, server) = open(move |socket| {
-        socket.set_config(|config| config.max_frame_size = Some(FRAGMENT_BYTES));
-        for message in drain(socket) {
-            let _ = texts.send(message);
-        }
-    });
-    let body: String = (0..2 * FRAGMENT_BYTES + 7)
-        .map(|i| char::from(b'a' + (i % 26) as u8))
-        .collect();
+    let (reader, writer, server, received) = open_refusing_long_frames();
+    let body = letters(2 * FRAGMENT_BYTES + 7);
     let messages = [
         ["{\"head\":\"".to_owned(), body.clone(), "\"}".to_owned()],
         [String::new(), body.clone(), String::new()],
