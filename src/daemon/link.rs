@@ -40,8 +40,8 @@ impl Inbound for LinkIn {
             if should_stop() {
                 return Err(Ended::Closed(None));
             }
-            // The large blocks kept for the next large message go back
-            // once none has passed for a while, busy connection or quiet.
+            // The large blocks kept for the next large message go back a
+            // while after the last was freed, busy connection or quiet.
             crate::sys::release_kept_blocks(KEPT_BLOCKS_IDLE);
             let now = Instant::now();
             if self.reader.progressed() {
@@ -77,8 +77,8 @@ impl Inbound for LinkIn {
     }
 }
 
-/// How long the allocator keeps freed large blocks after the last large
-/// message (see [`crate::LargePages`]).
+/// How long the allocator keeps freed large blocks after the last one was
+/// freed (see [`crate::LargePages`]).
 const KEPT_BLOCKS_IDLE: Duration = Duration::from_secs(1);
 
 /// The sending side of a served connection.
