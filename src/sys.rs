@@ -535,9 +535,9 @@ pub fn start_writeback(_fd: BorrowedFd<'_>, _offset: u64, _len: u64) {}
 /// [`KEPT_BLOCKS`] freed blocks of [`KEPT_BLOCK_MIN`] to [`KEPT_BLOCK_MAX`]
 /// bytes are kept, pages and all, and the next allocation they fit (at
 /// most twice its size) takes one instead of a fresh mapping. What is kept
-/// is bounded by those numbers, given back when no large message has passed
-/// for a while, and holds what was last written in it until reused, as any
-/// freed memory does.
+/// is bounded by those numbers, given back a while after the last block was
+/// kept (see [`release_kept_blocks`]), and holds what was last written in
+/// it until reused, as any freed memory does.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LargePages;
 
@@ -604,8 +604,9 @@ pub const KEPT_BLOCK_MIN: usize = 2 << 20;
 /// The largest block kept: a 16 MiB message and the allocator's rounding.
 pub const KEPT_BLOCK_MAX: usize = 17 << 20;
 
-/// The alignment the C allocator gives every block, and so the largest a
-/// kept block can be handed out for.
+/// The largest alignment a block is kept or handed out for: what the C
+/// allocator's `malloc` gives on 64-bit targets. Each kept block's own
+/// address is still checked against the alignment asked for.
 const KEPT_ALIGN: usize = 16;
 
 /// The blocks [`LargePages`] keeps, and when the last was kept.
@@ -625,7 +626,7 @@ struct KeptBlock {
 unsafe impl Send for KeptBlock {}
 
 static KEPT: std::sync::Mutex<Kept> = std::sync::Mutex::new(Kept {
-    blocks: [None, None],
+    blocks: [const { None }; KEPT_BLOCKS],
     since: None,
 });
 
