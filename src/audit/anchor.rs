@@ -5,13 +5,17 @@
 //! The anchor vouches only for what was durable when it was written; it is
 //! replaced atomically and never trusted unless its MAC verifies.
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use super::canonical::canonical;
+use super::canonical::{push_integer, push_string};
 use super::record::AuditKey;
 
 /// Domain separation for the anchor MAC.
 const ANCHOR_CONTEXT: &str = "autogpt-audit-anchor-v1\n";
+
+/// Room for an anchor's text (context, a long log name, a 64-digit hmac and
+/// its mac) without growing.
+const LINE_CAPACITY: usize = 256;
 
 /// What an anchor says: the log's base name and its last durable record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,28 +29,6 @@ pub struct Anchor {
 }
 
 impl Anchor {
-    fn body(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("file".into(), json!(self.file));
-        m.insert("seq".into(), json!(self.seq));
-        m.insert("hmac".into(), json!(self.hmac));
-        m
-    }
-
-    fn mac(&self, key: &AuditKey) -> String {
-        // The body holds only strings and an integer: canonicalisation
-        // cannot fail.
-        let text = canonical(&Value::Object(self.body())).unwrap_or_default();
-        key.hmac_hex(format!("{ANCHOR_CONTEXT}{text}").as_bytes())
-    }
-
-    /// The one JSON line written to the anchor file (with LF).
-    pub fn to_line(&self, key: &AuditKey) -> String {
-        let mut m = self.body();
-        m.insert("mac".into(), json!(self.mac(key)));
-        format!("{}\n", Value::Object(m))
-    }
-
     /// Parses and authenticates an anchor file's content.
     pub fn parse(text: &str, key: &AuditKey) -> Result<Anchor, AnchorError> {
         let value: Value =
@@ -66,13 +48,45 @@ impl Anchor {
         else {
             return Err(AnchorError::Invalid);
         };
-        let anchor = Anchor { file, seq, hmac };
-        let text = canonical(&Value::Object(anchor.body())).map_err(|_| AnchorError::Invalid)?;
-        if !key.verify_hex(format!("{ANCHOR_CONTEXT}{text}").as_bytes(), &mac) {
+        if !key.verify_hex(signed(&file, seq, &hmac).as_bytes(), &mac) {
             return Err(AnchorError::Invalid);
         }
-        Ok(anchor)
+        Ok(Anchor { file, seq, hmac })
     }
+}
+
+/// What the anchor's MAC covers: the context, then the canonical form of
+/// the body without `mac`, whose keys sort as `file`, `hmac`, `seq`.
+fn signed(file: &str, seq: u64, hmac: &str) -> String {
+    let mut text = String::with_capacity(LINE_CAPACITY);
+    text.push_str(ANCHOR_CONTEXT);
+    text.push_str("{\"file\":");
+    push_string(&mut text, file);
+    text.push_str(",\"hmac\":");
+    push_string(&mut text, hmac);
+    text.push_str(",\"seq\":");
+    push_integer(&mut text, seq);
+    text.push('}');
+    text
+}
+
+/// The one JSON line of an anchor file (with LF) for the record `seq` with
+/// `hmac` of the log named `file`: the body and its `mac`, keys sorted.
+pub(crate) fn line(key: &AuditKey, file: &str, seq: u64, hmac: &str) -> String {
+    let mut text = signed(file, seq, hmac);
+    let mac = key.hmac_hex(text.as_bytes());
+    // The body (after the context) with `mac` between `hmac` and `seq`.
+    text.clear();
+    text.push_str("{\"file\":");
+    push_string(&mut text, file);
+    text.push_str(",\"hmac\":");
+    push_string(&mut text, hmac);
+    text.push_str(",\"mac\":");
+    push_string(&mut text, &mac);
+    text.push_str(",\"seq\":");
+    push_integer(&mut text, seq);
+    text.push_str("}\n");
+    text
 }
 
 /// An anchor file that cannot be trusted.
@@ -80,4 +94,58 @@ impl Anchor {
 pub enum AnchorError {
     /// Unparseable, or its MAC does not verify (`anchor_invalid`).
     Invalid,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::audit::canonical::canonical;
+    use serde_json::{Map, json};
+
+    fn key() -> AuditKey {
+        AuditKey::new(vec![3; 32]).unwrap()
+    }
+
+    /// The line as a JSON object of the same members would give it.
+    fn through_values(key: &AuditKey, file: &str, seq: u64, hmac: &str) -> String {
+        let mut body = Map::new();
+        body.insert("file".into(), json!(file));
+        body.insert("seq".into(), json!(seq));
+        body.insert("hmac".into(), json!(hmac));
+        let text = canonical(&Value::Object(body.clone())).unwrap();
+        let mac = key.hmac_hex(format!("{ANCHOR_CONTEXT}{text}").as_bytes());
+        body.insert("mac".into(), json!(mac));
+        format!("{}\n", Value::Object(body))
+    }
+
+    #[test]
+    fn an_anchor_line_is_what_its_json_values_give_and_reads_back() {
+        let key = key();
+        for (file, seq, hmac) in [
+            ("audit.log", 1, "ab".repeat(32)),
+            ("a \"log\"\\\u{1}\u{7f}é😀\n", u64::MAX, "0".repeat(64)),
+            ("", 0, String::new()),
+        ] {
+            let anchor = Anchor {
+                file: file.to_owned(),
+                seq,
+                hmac: hmac.clone(),
+            };
+            let line = line(&key, file, seq, &hmac);
+            assert_eq!(line, through_values(&key, file, seq, &hmac));
+            assert_eq!(Anchor::parse(&line, &key), Ok(anchor));
+        }
+    }
+
+    #[test]
+    fn an_anchor_of_another_key_or_with_a_changed_field_is_invalid() {
+        let key = key();
+        let line = line(&key, "audit.log", 41, &"cd".repeat(32));
+        let other = AuditKey::new(vec![4; 32]).unwrap();
+        assert_eq!(Anchor::parse(&line, &other), Err(AnchorError::Invalid));
+        let changed = line.replace("\"seq\":41", "\"seq\":42");
+        assert_ne!(changed, line);
+        assert_eq!(Anchor::parse(&changed, &key), Err(AnchorError::Invalid));
+    }
 }

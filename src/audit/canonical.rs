@@ -7,7 +7,7 @@
 //! what the specification states. A value that cannot be represented
 //! (non-finite float) is an error, never written approximately.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use serde_json::{Map, Number, Value};
 
@@ -69,7 +69,8 @@ pub fn repr_f64(x: f64) -> Result<String, CanonError> {
         }
         out.push('e');
         out.push(if exponent < 0 { '-' } else { '+' });
-        out.push_str(&format!("{:02}", exponent.abs()));
+        // Writing into a `String` cannot fail.
+        let _ = write!(out, "{:02}", exponent.abs());
     }
     Ok(out)
 }
@@ -126,7 +127,10 @@ pub(crate) fn push_char(out: &mut String, c: char) {
         '\n' => out.push_str("\\n"),
         '\u{c}' => out.push_str("\\f"),
         '\r' => out.push_str("\\r"),
-        c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+        // Writing into a `String` cannot fail.
+        c if (c as u32) < 0x20 => {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        }
         c => out.push(c),
     }
 }
@@ -143,20 +147,39 @@ pub(crate) fn escaped_len(c: char) -> usize {
 
 fn push_number(out: &mut String, n: &Number) -> Result<(), CanonError> {
     if let Some(i) = n.as_i64() {
-        out.push_str(&i.to_string());
+        push_integer(out, i);
     } else if let Some(u) = n.as_u64() {
-        out.push_str(&u.to_string());
+        push_integer(out, u);
     } else {
         out.push_str(&repr_f64(n.as_f64().unwrap_or(f64::NAN))?);
     }
     Ok(())
 }
 
-/// Keys in UTF-16 code-unit order (RFC 8785), which the verifier uses; for
-/// the ASCII keys writers produce it is plain byte order.
+/// Appends an integer's decimal digits, as JSON and Python write them.
+pub(crate) fn push_integer(out: &mut String, n: impl Into<i128>) {
+    // Writing into a `String` cannot fail.
+    let _ = write!(out, "{}", n.into());
+}
+
+/// Appends `null` or the string.
+pub(crate) fn push_optional_string(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => push_string(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// The order of keys in the canonical form: UTF-16 code units (RFC 8785),
+/// which the verifier uses; for the ASCII keys writers produce it is plain
+/// byte order.
+pub(crate) fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
 fn sorted_members(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
     let mut members: Vec<_> = map.iter().collect();
-    members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    members.sort_by(|a, b| key_order(a.0, b.0));
     members
 }
 
@@ -168,7 +191,7 @@ pub fn canonical(value: &Value) -> Result<String, CanonError> {
     Ok(out)
 }
 
-fn push_canonical(out: &mut String, value: &Value) -> Result<(), CanonError> {
+pub(crate) fn push_canonical(out: &mut String, value: &Value) -> Result<(), CanonError> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -244,22 +267,6 @@ pub(crate) fn push_object<'a>(
     }
     out.push('}');
     Ok(())
-}
-
-/// Appends a key-value member in the on-disk spelling (used by the record
-/// writer for its fixed top-level order).
-pub(crate) fn push_member(
-    out: &mut String,
-    first: bool,
-    key: &str,
-    value: &Value,
-) -> Result<(), CanonError> {
-    if !first {
-        out.push_str(", ");
-    }
-    push_string(out, key);
-    out.push_str(": ");
-    push_dumps(out, value)
 }
 
 #[cfg(test)]

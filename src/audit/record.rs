@@ -6,12 +6,15 @@
 //! (the canonical form sorts keys). Nothing here touches a file or a clock.
 
 use hmac::{Hmac, Mac};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use sha2::Sha256;
 use zeroize::Zeroizing;
 
-use super::canonical::{CanonError, canonical, push_member, push_object};
+use super::canonical::{
+    CanonError, key_order, push_canonical, push_integer, push_object, push_optional_string,
+    push_string, repr_f64,
+};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -40,18 +43,41 @@ impl Default for Outcome {
 }
 
 impl Outcome {
-    /// The four members in on-disk order.
-    fn members(&self) -> [(String, Value); 4] {
-        [
-            ("ok".into(), json!(self.ok)),
-            ("exit_code".into(), json!(self.exit_code)),
-            ("duration_ms".into(), json!(self.duration_ms)),
-            ("error_code".into(), json!(self.error_code)),
-        ]
+    /// The canonical object (keys sorted).
+    fn push_canonical(&self, out: &mut String) {
+        out.push_str("{\"duration_ms\":");
+        push_integer(out, self.duration_ms);
+        out.push_str(",\"error_code\":");
+        push_optional_string(out, self.error_code.as_deref());
+        out.push_str(",\"exit_code\":");
+        push_optional_integer(out, self.exit_code);
+        out.push_str(",\"ok\":");
+        out.push_str(boolean(self.ok));
+        out.push('}');
     }
 
-    fn to_value(&self) -> Value {
-        Value::Object(self.members().into_iter().collect())
+    /// The object on disk, in its defined order.
+    fn push_line(&self, out: &mut String) {
+        out.push_str("{\"ok\": ");
+        out.push_str(boolean(self.ok));
+        out.push_str(", \"exit_code\": ");
+        push_optional_integer(out, self.exit_code);
+        out.push_str(", \"duration_ms\": ");
+        push_integer(out, self.duration_ms);
+        out.push_str(", \"error_code\": ");
+        push_optional_string(out, self.error_code.as_deref());
+        out.push('}');
+    }
+}
+
+fn boolean(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+fn push_optional_integer(out: &mut String, n: Option<i64>) {
+    match n {
+        Some(n) => push_integer(out, n),
+        None => out.push_str("null"),
     }
 }
 
@@ -82,8 +108,34 @@ impl Details {
         self.0.iter().cloned().collect()
     }
 
-    fn to_value(&self) -> Value {
-        Value::Object(self.to_map())
+    /// The canonical object: keys sorted, and of fields with the same name
+    /// the last, as a JSON object built from them keeps (and as the
+    /// verifier, parsing the line, sees).
+    fn push_canonical(&self, out: &mut String) -> Result<(), CanonError> {
+        let mut fields: Vec<&(String, Value)> = self.0.iter().collect();
+        // Stable: fields with the same name keep their order.
+        fields.sort_by(|a, b| key_order(&a.0, &b.0));
+        out.push('{');
+        let mut first = true;
+        for (n, (key, value)) in fields.iter().map(|f| (&f.0, &f.1)).enumerate() {
+            if fields.get(n + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            push_string(out, key);
+            out.push(':');
+            push_canonical(out, value)?;
+        }
+        out.push('}');
+        Ok(())
+    }
+
+    /// The object on disk: every field, in order.
+    fn push_line(&self, out: &mut String) -> Result<(), CanonError> {
+        push_object(out, self.0.iter().map(|(k, v)| (k, v)))
     }
 }
 
@@ -92,6 +144,10 @@ impl From<Map<String, Value>> for Details {
         Self(map.into_iter().collect())
     }
 }
+
+/// Room for a typical record's canonical text and line, so that neither
+/// grows while it is written.
+const TEXT_CAPACITY: usize = 768;
 
 /// A record before its HMAC is computed.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,55 +175,73 @@ pub struct Record {
 }
 
 impl Record {
-    /// The ten hashed fields, in on-disk order.
-    fn members(&self) -> Result<Vec<(String, Value)>, CanonError> {
-        let ts = serde_json::Number::from_f64(self.ts).ok_or(CanonError::NonFinite)?;
-        Ok(vec![
-            ("ts".into(), Value::Number(ts)),
-            ("session_id".into(), json!(self.session_id)),
-            ("machine_id".into(), json!(self.machine_id)),
-            ("shim_version".into(), json!(self.shim_version)),
-            ("request_id".into(), json!(self.request_id)),
-            ("op".into(), json!(self.op)),
-            ("details".into(), self.details.to_value()),
-            ("result".into(), self.result.to_value()),
-            ("seq".into(), json!(self.seq)),
-            ("prev_hmac".into(), json!(self.prev_hmac)),
-        ])
-    }
-
     /// The canonical bytes the HMAC covers (the record without `hmac`).
     pub fn canonical(&self) -> Result<String, CanonError> {
-        canonical(&Value::Object(self.members()?.into_iter().collect()))
+        let ts = repr_f64(self.ts)?;
+        let mut text = String::with_capacity(TEXT_CAPACITY);
+        self.push_canonical(&mut text, &ts)?;
+        Ok(text)
+    }
+
+    /// The ten hashed fields with their keys sorted (the top-level keys
+    /// are fixed, so their order is written out); `ts` already spelled.
+    fn push_canonical(&self, out: &mut String, ts: &str) -> Result<(), CanonError> {
+        out.push_str("{\"details\":");
+        self.details.push_canonical(out)?;
+        out.push_str(",\"machine_id\":");
+        push_string(out, &self.machine_id);
+        out.push_str(",\"op\":");
+        push_string(out, &self.op);
+        out.push_str(",\"prev_hmac\":");
+        push_optional_string(out, self.prev_hmac.as_deref());
+        out.push_str(",\"request_id\":");
+        push_optional_string(out, self.request_id.as_deref());
+        out.push_str(",\"result\":");
+        self.result.push_canonical(out);
+        out.push_str(",\"seq\":");
+        push_integer(out, self.seq);
+        out.push_str(",\"session_id\":");
+        push_string(out, &self.session_id);
+        out.push_str(",\"shim_version\":");
+        push_string(out, &self.shim_version);
+        out.push_str(",\"ts\":");
+        out.push_str(ts);
+        out.push('}');
+        Ok(())
     }
 
     /// Computes the HMAC and the on-disk line (without the final LF).
     pub fn seal(&self, key: &AuditKey) -> Result<Sealed, CanonError> {
-        let hmac = key.hmac_hex(self.canonical()?.as_bytes());
-        let mut line = String::with_capacity(512);
-        line.push('{');
-        let result = self.result.members();
-        for (i, (k, v)) in self.members()?.iter().enumerate() {
-            // The two nested objects keep their defined order on disk (a
-            // `Value` object would sort its keys).
-            let ordered: Option<Vec<(&String, &Value)>> = match k.as_str() {
-                "details" => Some(self.details.0.iter().map(|(k, v)| (k, v)).collect()),
-                "result" => Some(result.iter().map(|(k, v)| (k, v)).collect()),
-                _ => None,
-            };
-            match ordered {
-                Some(members) => {
-                    line.push_str(", \"");
-                    line.push_str(k);
-                    line.push_str("\": ");
-                    push_object(&mut line, members.into_iter())?;
-                }
-                None => push_member(&mut line, i == 0, k, v)?,
-            }
-        }
-        push_member(&mut line, false, "hmac", &json!(hmac))?;
-        line.push('}');
-        Ok(Sealed { hmac, line })
+        let ts = repr_f64(self.ts)?;
+        // One buffer: the canonical text, then (once hashed) the line.
+        let mut text = String::with_capacity(TEXT_CAPACITY);
+        self.push_canonical(&mut text, &ts)?;
+        let hmac = key.hmac_hex(text.as_bytes());
+        text.clear();
+        text.push_str("{\"ts\": ");
+        text.push_str(&ts);
+        text.push_str(", \"session_id\": ");
+        push_string(&mut text, &self.session_id);
+        text.push_str(", \"machine_id\": ");
+        push_string(&mut text, &self.machine_id);
+        text.push_str(", \"shim_version\": ");
+        push_string(&mut text, &self.shim_version);
+        text.push_str(", \"request_id\": ");
+        push_optional_string(&mut text, self.request_id.as_deref());
+        text.push_str(", \"op\": ");
+        push_string(&mut text, &self.op);
+        text.push_str(", \"details\": ");
+        self.details.push_line(&mut text)?;
+        text.push_str(", \"result\": ");
+        self.result.push_line(&mut text);
+        text.push_str(", \"seq\": ");
+        push_integer(&mut text, self.seq);
+        text.push_str(", \"prev_hmac\": ");
+        push_optional_string(&mut text, self.prev_hmac.as_deref());
+        text.push_str(", \"hmac\": ");
+        push_string(&mut text, &hmac);
+        text.push('}');
+        Ok(Sealed { hmac, line: text })
     }
 }
 
@@ -273,4 +347,160 @@ fn unhex_lower(text: &str) -> Option<[u8; 32]> {
         out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::audit::canonical::{canonical, push_dumps, push_object};
+    use serde_json::json;
+
+    /// The record as JSON values, the way a reader of the log sees it:
+    /// the canonical text of the object, and the line written member by
+    /// member in the defined order.
+    fn through_values(record: &Record, hmac: &str) -> (String, String) {
+        let ts = Value::Number(serde_json::Number::from_f64(record.ts).unwrap());
+        let result: Vec<(String, Value)> = vec![
+            ("ok".into(), json!(record.result.ok)),
+            ("exit_code".into(), json!(record.result.exit_code)),
+            ("duration_ms".into(), json!(record.result.duration_ms)),
+            ("error_code".into(), json!(record.result.error_code)),
+        ];
+        let members: Vec<(String, Value)> = vec![
+            ("ts".into(), ts),
+            ("session_id".into(), json!(record.session_id)),
+            ("machine_id".into(), json!(record.machine_id)),
+            ("shim_version".into(), json!(record.shim_version)),
+            ("request_id".into(), json!(record.request_id)),
+            ("op".into(), json!(record.op)),
+            ("details".into(), Value::Object(record.details.to_map())),
+            (
+                "result".into(),
+                Value::Object(result.iter().cloned().collect()),
+            ),
+            ("seq".into(), json!(record.seq)),
+            ("prev_hmac".into(), json!(record.prev_hmac)),
+        ];
+        let object: Map<String, Value> = members.iter().cloned().collect();
+        let canonical_text = canonical(&Value::Object(object)).unwrap();
+        let mut line = String::from("{");
+        for (key, value) in members.iter().chain([&("hmac".into(), json!(hmac))]) {
+            if line.len() > 1 {
+                line.push_str(", ");
+            }
+            push_string(&mut line, key);
+            line.push_str(": ");
+            // The two nested objects keep their defined order on disk (a
+            // `Value` object would sort its keys).
+            match key.as_str() {
+                "details" => {
+                    push_object(&mut line, record.details.0.iter().map(|(k, v)| (k, v))).unwrap()
+                }
+                "result" => push_object(&mut line, result.iter().map(|(k, v)| (k, v))).unwrap(),
+                _ => push_dumps(&mut line, value).unwrap(),
+            }
+        }
+        line.push('}');
+        (canonical_text, line)
+    }
+
+    fn records() -> Vec<Record> {
+        let plain = Record {
+            ts: 1_700_000_000.123456,
+            session_id: "chat-1".into(),
+            machine_id: "machine".into(),
+            shim_version: "1.0.0".into(),
+            request_id: Some("req-1".into()),
+            op: "FILE_STAT".into(),
+            details: Details::new().with("path", json!("/srv/work/a.txt")),
+            result: Outcome::default(),
+            seq: 1,
+            prev_hmac: None,
+        };
+        let awkward = Record {
+            ts: 0.000_01,
+            session_id: "\u{1}\"quoted\"\\\u{7f}é😀".into(),
+            machine_id: "-".into(),
+            shim_version: "9.9.9-rc.1".into(),
+            request_id: None,
+            op: "EXECUTE_COMMAND".into(),
+            details: Details::new()
+                .with("zeta", json!([1, -2, 3.5, null, "x\ny"]))
+                .with("alpha", json!({"b": true, "a": {"é": 1e300, "e": -0.0}}))
+                .with("\u{e9}", json!(u64::MAX))
+                .with("😀", json!(i64::MIN))
+                .with("alpha", json!("the last alpha"))
+                .with("\u{ff61}", json!(""))
+                .with("tab\there", json!(1.0)),
+            result: Outcome {
+                ok: false,
+                exit_code: Some(-9),
+                duration_ms: u64::MAX,
+                error_code: Some("EXEC_TIMEOUT".into()),
+            },
+            seq: u64::MAX,
+            prev_hmac: Some("ab".repeat(32)),
+        };
+        let empty = Record {
+            ts: 1e16,
+            session_id: String::new(),
+            machine_id: String::new(),
+            shim_version: String::new(),
+            request_id: Some(String::new()),
+            op: String::new(),
+            details: Details::new(),
+            result: Outcome {
+                ok: true,
+                exit_code: Some(0),
+                duration_ms: 0,
+                error_code: None,
+            },
+            seq: 0,
+            prev_hmac: None,
+        };
+        vec![plain, awkward, empty]
+    }
+
+    #[test]
+    fn a_sealed_record_is_what_its_json_values_give() {
+        let key = AuditKey::new(vec![7; 32]).unwrap();
+        for record in records() {
+            let sealed = record.seal(&key).unwrap();
+            let (canonical_text, line) = through_values(&record, &sealed.hmac);
+            assert_eq!(record.canonical().unwrap(), canonical_text);
+            assert_eq!(sealed.hmac, key.hmac_hex(canonical_text.as_bytes()));
+            assert_eq!(sealed.line, line);
+            // What the verifier reads back: the line without its hmac has
+            // the canonical text the hmac covers.
+            let mut parsed: Map<String, Value> = serde_json::from_str(&sealed.line).unwrap();
+            assert_eq!(parsed.remove("hmac"), Some(json!(sealed.hmac)));
+            assert_eq!(canonical(&Value::Object(parsed)).unwrap(), canonical_text);
+        }
+    }
+
+    #[test]
+    fn of_details_with_the_same_name_the_canonical_form_keeps_the_last() {
+        let mut record = records().remove(0);
+        record.details = Details::new()
+            .with("b", json!(1))
+            .with("a", json!(2))
+            .with("b", json!(3));
+        let text = record.canonical().unwrap();
+        assert!(
+            text.starts_with("{\"details\":{\"a\":2,\"b\":3},"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_record_with_a_non_finite_time_has_no_canonical_form() {
+        let key = AuditKey::new(vec![7; 32]).unwrap();
+        for ts in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let mut record = records().remove(0);
+            record.ts = ts;
+            assert_eq!(record.canonical(), Err(CanonError::NonFinite));
+            assert!(record.seal(&key).is_err());
+        }
+    }
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::fs::{FlockOperation, Mode, OFlags, RenameFlags};
 use serde_json::{Value, json};
 
-use super::anchor::Anchor;
+use super::anchor;
 use super::canonical::{CanonError, canonical};
 use super::cap::cap_details;
 use super::files::last_complete_line;
@@ -530,6 +530,9 @@ struct State {
     key: AuditKey,
     dir: OwnedFd,
     name: String,
+    /// The anchor's spare and the anchor (see `write_anchor`), named after
+    /// `name`.
+    anchor_names: (String, String),
     file: File,
     size: u64,
     chain: Chain,
@@ -620,6 +623,7 @@ impl State {
             options,
             key,
             dir,
+            anchor_names: (format!(".{name}.anchor.tmp"), format!("{name}.anchor")),
             name,
             file,
             size,
@@ -744,7 +748,7 @@ impl State {
                         }
                         staged = self.chain.clone();
                     }
-                    match self.build(&entry, &mut staged) {
+                    match self.build(entry, &mut staged) {
                         Ok((line, durable)) => {
                             buffer.extend_from_slice(line.as_bytes());
                             buffer.push(b'\n');
@@ -761,32 +765,22 @@ impl State {
     }
 
     /// Seals `entry` at the staged chain position and advances it.
-    fn build(&self, entry: &Entry, staged: &mut Chain) -> Result<(String, Durable), AuditError> {
+    fn build(&self, entry: Entry, staged: &mut Chain) -> Result<(String, Durable), AuditError> {
         let ts = now_ts().max(staged.last_ts);
+        let named = |id: &Option<String>| id.as_ref().filter(|s| !s.is_empty()).cloned();
         let record = Record {
             ts,
             session_id: entry
                 .session_id
-                .clone()
                 .filter(|s| !s.is_empty())
-                .or_else(|| {
-                    self.options
-                        .default_session
-                        .clone()
-                        .filter(|s| !s.is_empty())
-                })
+                .or_else(|| named(&self.options.default_session))
                 .unwrap_or_else(|| "-".to_owned()),
-            machine_id: self
-                .options
-                .machine_id
-                .clone()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "-".to_owned()),
+            machine_id: named(&self.options.machine_id).unwrap_or_else(|| "-".to_owned()),
             shim_version: self.options.shim_version.clone(),
-            request_id: entry.request_id.clone(),
-            op: entry.op.clone(),
-            details: entry.details.clone(),
-            result: entry.result.clone(),
+            request_id: entry.request_id,
+            op: entry.op,
+            details: entry.details,
+            result: entry.result,
             seq: staged.seq,
             prev_hmac: staged.prev.clone(),
         };
@@ -864,20 +858,14 @@ impl State {
     /// (the seq gains a digit, the first anchor) takes the slow path, a new
     /// file renamed over the anchor.
     fn write_anchor(&mut self) {
-        let Some(hmac) = self.chain.prev.clone() else {
+        let Some(hmac) = &self.chain.prev else {
             return;
         };
-        let anchor = Anchor {
-            file: self.name.clone(),
-            seq: self.chain.seq - 1,
-            hmac,
-        };
-        let line = anchor.to_line(&self.key);
-        let tmp = format!(".{}.anchor.tmp", self.name);
-        let target = format!("{}.anchor", self.name);
-        let written = match self.exchange_anchor(&tmp, &target, line.as_bytes()) {
+        let line = anchor::line(&self.key, &self.name, self.chain.seq - 1, hmac);
+        let (tmp, target) = &self.anchor_names;
+        let written = match self.exchange_anchor(tmp, target, line.as_bytes()) {
             Ok(true) => Ok(()),
-            Ok(false) => self.replace_anchor(&tmp, &target, line.as_bytes()),
+            Ok(false) => self.replace_anchor(tmp, target, line.as_bytes()),
             Err(e) => Err(e),
         };
         if let Err(e) = written {
@@ -1034,7 +1022,7 @@ impl State {
             )
             .with("previous_last_hmac", json!(previous.prev));
         let mut staged = self.chain.clone();
-        let (line, _) = self.build(&Entry::event("AUDIT_ROTATED", details), &mut staged)?;
+        let (line, _) = self.build(Entry::event("AUDIT_ROTATED", details), &mut staged)?;
         let mut bytes = line.into_bytes();
         bytes.push(b'\n');
         self.append(&bytes).map_err(AuditError::WriteFailed)?;
