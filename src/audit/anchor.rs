@@ -56,37 +56,39 @@ impl Anchor {
 }
 
 /// What the anchor's MAC covers: the context, then the canonical form of
-/// the body without `mac`, whose keys sort as `file`, `hmac`, `seq`.
+/// the body without `mac`.
 fn signed(file: &str, seq: u64, hmac: &str) -> String {
     let mut text = String::with_capacity(LINE_CAPACITY);
     text.push_str(ANCHOR_CONTEXT);
-    text.push_str("{\"file\":");
-    push_string(&mut text, file);
-    text.push_str(",\"hmac\":");
-    push_string(&mut text, hmac);
-    text.push_str(",\"seq\":");
-    push_integer(&mut text, seq);
-    text.push('}');
+    push_body(&mut text, file, seq, hmac, None);
     text
 }
 
 /// The one JSON line of an anchor file (with LF) for the record `seq` with
-/// `hmac` of the log named `file`: the body and its `mac`, keys sorted.
+/// `hmac` of the log named `file`: the body and its `mac`.
 pub(crate) fn line(key: &AuditKey, file: &str, seq: u64, hmac: &str) -> String {
     let mut text = signed(file, seq, hmac);
     let mac = key.hmac_hex(text.as_bytes());
-    // The body (after the context) with `mac` between `hmac` and `seq`.
     text.clear();
-    text.push_str("{\"file\":");
-    push_string(&mut text, file);
-    text.push_str(",\"hmac\":");
-    push_string(&mut text, hmac);
-    text.push_str(",\"mac\":");
-    push_string(&mut text, &mac);
-    text.push_str(",\"seq\":");
-    push_integer(&mut text, seq);
-    text.push_str("}\n");
+    push_body(&mut text, file, seq, hmac, Some(&mac));
+    text.push('\n');
     text
+}
+
+/// The body as one canonical object: keys sorted (`file`, `hmac`, `mac`,
+/// `seq`), no whitespace.
+fn push_body(out: &mut String, file: &str, seq: u64, hmac: &str, mac: Option<&str>) {
+    out.push_str("{\"file\":");
+    push_string(out, file);
+    out.push_str(",\"hmac\":");
+    push_string(out, hmac);
+    if let Some(mac) = mac {
+        out.push_str(",\"mac\":");
+        push_string(out, mac);
+    }
+    out.push_str(",\"seq\":");
+    push_integer(out, seq);
+    out.push('}');
 }
 
 /// An anchor file that cannot be trusted.
@@ -125,6 +127,7 @@ mod tests {
         for (file, seq, hmac) in [
             ("audit.log", 1, "ab".repeat(32)),
             ("a \"log\"\\\u{1}\u{7f}é😀\n", u64::MAX, "0".repeat(64)),
+            ("\u{8}\t\u{c}\r\u{1f}\u{2028}/", 12, "\u{0}".into()),
             ("", 0, String::new()),
         ] {
             let anchor = Anchor {

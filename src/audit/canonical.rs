@@ -162,6 +162,19 @@ pub(crate) fn push_integer(out: &mut String, n: impl Into<i128>) {
     let _ = write!(out, "{}", n.into());
 }
 
+/// Appends `null` or the integer.
+pub(crate) fn push_optional_integer(out: &mut String, n: Option<i64>) {
+    match n {
+        Some(n) => push_integer(out, n),
+        None => out.push_str("null"),
+    }
+}
+
+/// Appends `true` or `false`.
+pub(crate) fn push_bool(out: &mut String, b: bool) {
+    out.push_str(if b { "true" } else { "false" });
+}
+
 /// Appends `null` or the string.
 pub(crate) fn push_optional_string(out: &mut String, s: Option<&str>) {
     match s {
@@ -194,7 +207,7 @@ pub fn canonical(value: &Value) -> Result<String, CanonError> {
 pub(crate) fn push_canonical(out: &mut String, value: &Value) -> Result<(), CanonError> {
     match value {
         Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Bool(b) => push_bool(out, *b),
         Value::Number(n) => push_number(out, n)?,
         Value::String(s) => push_string(out, s),
         Value::Array(items) => {
@@ -223,9 +236,9 @@ pub(crate) fn push_canonical(out: &mut String, value: &Value) -> Result<(), Cano
     Ok(())
 }
 
-/// Python's `json.dumps(value, ensure_ascii=False)` for a value whose
-/// objects are written in the order given by `members` (the on-disk line
-/// format, AUDIT.md §2.5): `": "` after keys, `", "` between members.
+/// Python's `json.dumps(value, ensure_ascii=False)`, objects in their
+/// map's order (the on-disk line format, AUDIT.md §2.5): `": "` after keys,
+/// `", "` between members.
 #[cfg(test)]
 pub(crate) fn dumps(value: &Value) -> Result<String, CanonError> {
     let mut out = String::new();

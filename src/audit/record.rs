@@ -12,8 +12,8 @@ use sha2::Sha256;
 use zeroize::Zeroizing;
 
 use super::canonical::{
-    CanonError, key_order, push_canonical, push_integer, push_object, push_optional_string,
-    push_string, repr_f64,
+    CanonError, key_order, push_bool, push_canonical, push_integer, push_object,
+    push_optional_integer, push_optional_string, push_string, repr_f64,
 };
 
 type HmacSha256 = Hmac<Sha256>;
@@ -52,14 +52,14 @@ impl Outcome {
         out.push_str(",\"exit_code\":");
         push_optional_integer(out, self.exit_code);
         out.push_str(",\"ok\":");
-        out.push_str(boolean(self.ok));
+        push_bool(out, self.ok);
         out.push('}');
     }
 
     /// The object on disk, in its defined order.
     fn push_line(&self, out: &mut String) {
         out.push_str("{\"ok\": ");
-        out.push_str(boolean(self.ok));
+        push_bool(out, self.ok);
         out.push_str(", \"exit_code\": ");
         push_optional_integer(out, self.exit_code);
         out.push_str(", \"duration_ms\": ");
@@ -67,17 +67,6 @@ impl Outcome {
         out.push_str(", \"error_code\": ");
         push_optional_string(out, self.error_code.as_deref());
         out.push('}');
-    }
-}
-
-fn boolean(b: bool) -> &'static str {
-    if b { "true" } else { "false" }
-}
-
-fn push_optional_integer(out: &mut String, n: Option<i64>) {
-    match n {
-        Some(n) => push_integer(out, n),
-        None => out.push_str("null"),
     }
 }
 
@@ -91,8 +80,8 @@ impl Details {
         Self(Vec::new())
     }
 
-    /// Appends a field (later fields with the same name are not expected;
-    /// the last one wins in the canonical form).
+    /// Appends a field. A name must not repeat: the verifier refuses a line
+    /// with a repeated key (AUDIT.md §5.2), so such a record never verifies.
     pub fn with(mut self, key: &str, value: Value) -> Self {
         self.0.push((key.to_owned(), value));
         self
@@ -108,9 +97,9 @@ impl Details {
         self.0.iter().cloned().collect()
     }
 
-    /// The canonical object: keys sorted, and of fields with the same name
-    /// the last, as a JSON object built from them keeps (and as the
-    /// verifier, parsing the line, sees).
+    /// The canonical object, keys sorted. Of fields with the same name
+    /// (which no operation writes, see [`Details::with`]) it keeps the last,
+    /// as a JSON object built from them would.
     fn push_canonical(&self, out: &mut String) -> Result<(), CanonError> {
         let mut fields: Vec<&(String, Value)> = self.0.iter().collect();
         // Stable: fields with the same name keep their order.
@@ -354,6 +343,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::audit::canonical::{canonical, push_dumps, push_object};
+    use crate::protocol::json::parse_strict_for_audit;
     use serde_json::json;
 
     /// The record as JSON values, the way a reader of the log sees it:
@@ -430,7 +420,6 @@ mod tests {
                 .with("alpha", json!({"b": true, "a": {"é": 1e300, "e": -0.0}}))
                 .with("\u{e9}", json!(u64::MAX))
                 .with("😀", json!(i64::MIN))
-                .with("alpha", json!("the last alpha"))
                 .with("\u{ff61}", json!(""))
                 .with("tab\there", json!(1.0)),
             result: Outcome {
@@ -473,24 +462,37 @@ mod tests {
             assert_eq!(sealed.line, line);
             // What the verifier reads back: the line without its hmac has
             // the canonical text the hmac covers.
-            let mut parsed: Map<String, Value> = serde_json::from_str(&sealed.line).unwrap();
+            let Value::Object(mut parsed) = parse_strict_for_audit(&sealed.line).unwrap() else {
+                panic!("a line that is not an object: {}", sealed.line);
+            };
             assert_eq!(parsed.remove("hmac"), Some(json!(sealed.hmac)));
             assert_eq!(canonical(&Value::Object(parsed)).unwrap(), canonical_text);
         }
     }
 
     #[test]
-    fn of_details_with_the_same_name_the_canonical_form_keeps_the_last() {
+    fn of_details_with_the_same_name_the_canonical_form_keeps_the_last_and_none_verifies() {
+        let key = AuditKey::new(vec![7; 32]).unwrap();
         let mut record = records().remove(0);
         record.details = Details::new()
             .with("b", json!(1))
-            .with("a", json!(2))
+            .with("a", json!({"y": 2, "x": [3]}))
             .with("b", json!(3));
-        let text = record.canonical().unwrap();
+        let sealed = record.seal(&key).unwrap();
+        let (canonical_text, line) = through_values(&record, &sealed.hmac);
+        assert_eq!(record.canonical().unwrap(), canonical_text);
         assert!(
-            text.starts_with("{\"details\":{\"a\":2,\"b\":3},"),
-            "{text}"
+            canonical_text.starts_with("{\"details\":{\"a\":{\"x\":[3],\"y\":2},\"b\":3},"),
+            "{canonical_text}"
         );
+        // Both are on disk, which the verifier refuses as a repeated key.
+        assert_eq!(sealed.line, line);
+        assert!(
+            sealed
+                .line
+                .contains("\"b\": 1, \"a\": {\"x\": [3], \"y\": 2}, \"b\": 3")
+        );
+        assert!(parse_strict_for_audit(&sealed.line).is_err());
     }
 
     #[test]

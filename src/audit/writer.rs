@@ -530,9 +530,10 @@ struct State {
     key: AuditKey,
     dir: OwnedFd,
     name: String,
-    /// The anchor's spare and the anchor (see `write_anchor`), named after
-    /// `name`.
-    anchor_names: (String, String),
+    /// The anchor's spare file (see `write_anchor`), named after `name`.
+    anchor_spare: String,
+    /// The anchor file, named after `name`.
+    anchor_file: String,
     file: File,
     size: u64,
     chain: Chain,
@@ -623,7 +624,8 @@ impl State {
             options,
             key,
             dir,
-            anchor_names: (format!(".{name}.anchor.tmp"), format!("{name}.anchor")),
+            anchor_spare: format!(".{name}.anchor.tmp"),
+            anchor_file: format!("{name}.anchor"),
             name,
             file,
             size,
@@ -862,10 +864,10 @@ impl State {
             return;
         };
         let line = anchor::line(&self.key, &self.name, self.chain.seq - 1, hmac);
-        let (tmp, target) = &self.anchor_names;
-        let written = match self.exchange_anchor(tmp, target, line.as_bytes()) {
+        let (spare, target) = (&self.anchor_spare, &self.anchor_file);
+        let written = match self.exchange_anchor(spare, target, line.as_bytes()) {
             Ok(true) => Ok(()),
-            Ok(false) => self.replace_anchor(tmp, target, line.as_bytes()),
+            Ok(false) => self.replace_anchor(spare, target, line.as_bytes()),
             Err(e) => Err(e),
         };
         if let Err(e) = written {
