@@ -80,8 +80,6 @@ impl Drop for Restore<'_> {
 fn read_hidden(fd: BorrowedFd<'_>, prompt: &str) -> Result<Zeroizing<Vec<u8>>, SecretError> {
     let failed = |e: rustix::io::Errno| SecretError::PassphrasePrompt(format!("terminal: {e}"));
     let mut stderr = std::io::stderr();
-    let _ = write!(stderr, "{prompt}");
-    let _ = stderr.flush();
     let saved = termios::tcgetattr(fd).map_err(failed)?;
     let mut quiet = saved.clone();
     // Signal keys off too: `start` blocks SIGINT until it runs, so Ctrl+C
@@ -90,9 +88,13 @@ fn read_hidden(fd: BorrowedFd<'_>, prompt: &str) -> Result<Zeroizing<Vec<u8>>, S
         !(LocalModes::ECHO | LocalModes::ICANON | LocalModes::ISIG | LocalModes::IEXTEN);
     quiet.special_codes[SpecialCodeIndex::VMIN] = 1;
     quiet.special_codes[SpecialCodeIndex::VTIME] = 0;
-    // Flush: what was typed before the prompt is not the answer.
+    // Flush: what was typed before the prompt is not the answer. The
+    // prompt comes only once echo is off and the flush is done, so that
+    // keys typed as soon as it shows are neither echoed nor thrown away.
     termios::tcsetattr(fd, OptionalActions::Flush, &quiet).map_err(failed)?;
     let restore = Restore { fd, saved };
+    let _ = write!(stderr, "{prompt}");
+    let _ = stderr.flush();
 
     let mut line = Zeroizing::new(Vec::with_capacity(MAX_BYTES));
     let outcome = loop {
