@@ -435,6 +435,74 @@ fn a_replaced_secret_service_is_reached_on_a_new_connection() {
     assert_eq!(search("access_token").0, 1, "no duplicate item");
 }
 
+/// Secrets cross the session bus only encrypted: a monitor of the bus sees
+/// our calls and their clear parts (the label of the item we create), never
+/// the value written or read.
+#[test]
+#[ignore = "needs a Secret Service session (run by .ci/run)"]
+fn secrets_cross_the_bus_only_encrypted() {
+    const WRITTEN: &str = "written-token-5c2f0e7a9d41b3686ad0";
+    const READ: &str = "read-token-e1b04c7d2a9f53186be7";
+    let session = Session::start();
+    store_like_the_reference("refresh_token", READ);
+    let capture = tempfile::NamedTempFile::new().unwrap();
+    let mut monitor = Command::new("dbus-monitor")
+        .args(["--session", "--binary"])
+        .stdout(capture.reopen().unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dbus-monitor must be installed");
+    let seen = |what: &[u8]| {
+        let bytes = std::fs::read(capture.path()).unwrap();
+        bytes.windows(what.len()).any(|window| window == what)
+    };
+    let eventually = |what: &[u8]| {
+        (0..100).any(|_| {
+            let found = seen(what);
+            if !found {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            found
+        })
+    };
+    // The monitor is listening once it shows one of our calls.
+    let listening = (0..100).any(|_| {
+        let _ = session.keychain.get(Account::AuditKey);
+        seen(b"SearchItems") || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(listening, "dbus-monitor never showed our calls");
+
+    session
+        .keychain
+        .set(Account::AccessToken, &secret(WRITTEN))
+        .unwrap();
+    assert_eq!(
+        session.keychain.get(Account::AccessToken).unwrap(),
+        Some(secret(WRITTEN))
+    );
+    assert_eq!(
+        session.keychain.get(Account::RefreshToken).unwrap(),
+        Some(secret(READ))
+    );
+    let label = Account::AccessToken.label();
+    let captured =
+        eventually(b"CreateItem") && eventually(b"GetSecret") && eventually(label.as_bytes());
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    assert!(captured, "the capture lacks our calls or their clear parts");
+    assert!(
+        !seen(WRITTEN.as_bytes()),
+        "the written secret crossed the bus in clear"
+    );
+    assert!(
+        !seen(READ.as_bytes()),
+        "the read secret crossed the bus in clear"
+    );
+}
+
 /// The process that owns `org.freedesktop.secrets` on the session bus.
 fn secret_service_owner() -> Option<String> {
     let output = Command::new("dbus-send")

@@ -2,8 +2,8 @@
 //! reference (Python `keyring`) created are found and items created here are
 //! found by it.
 //!
-//! * Linux (and the BSDs): the Secret Service over D-Bus, through
-//!   `dbus-secret-service` (the synchronous libdbus binding, no async
+//! * Linux (and the BSDs): the Secret Service over D-Bus, through our own
+//!   client on the synchronous libdbus binding (`secret_service`, no async
 //!   runtime), with a Diffie-Hellman session and pure-Rust crypto, one
 //!   connection per process. Items are looked up by the attributes `service`
 //!   and `username` only.
@@ -263,17 +263,16 @@ fn describe_platform_failure(message: &str) -> String {
 /// connection per process.
 #[cfg(any(target_os = "linux", target_os = "freebsd", target_os = "openbsd"))]
 mod backend {
-    use std::collections::HashMap;
     use std::sync::{Mutex, PoisonError};
 
-    use dbus_secret_service::{EncryptionType, Error as SsError, Item, SecretService};
-    use zeroize::Zeroize;
+    use zeroize::Zeroizing;
 
     use super::{
         APPLICATION, Account, KeychainError, KeychainErrorKind, SERVICE, ambiguous,
         describe_platform_failure,
     };
     use crate::secrets::secret::SecretString;
+    use crate::secrets::secret_service::{Object, SecretService, SsError};
 
     pub(super) const NAME: &str = "Secret Service (D-Bus)";
     pub(super) const UNAVAILABLE: &str =
@@ -300,32 +299,26 @@ mod backend {
         let mut slot = CONNECTION.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(service) = slot.take() {
             match op(&service) {
-                Err(err) if connection_failed(&err) => {}
+                Err(err) if err.may_be_stale() => {}
                 answered => {
                     *slot = Some(service);
                     return answered.map_err(from_secret_service);
                 }
             }
         }
-        let service = SecretService::connect(EncryptionType::Dh).map_err(from_secret_service)?;
+        let service = SecretService::connect().map_err(from_secret_service)?;
         let result = op(&service);
-        if !matches!(&result, Err(err) if connection_failed(err)) {
+        if !matches!(&result, Err(err) if err.may_be_stale()) {
             *slot = Some(service);
         }
         result.map_err(from_secret_service)
     }
 
-    /// Whether an error may come from the connection or the session rather
-    /// than from the Secret Service's answer.
-    fn connection_failed(err: &SsError) -> bool {
-        matches!(err, SsError::Dbus(_) | SsError::Crypto(_))
-    }
-
     fn from_secret_service(err: SsError) -> KeychainError {
         match err {
-            // A locked collection or item that stayed locked, or a dismissed
-            // prompt.
-            SsError::Locked | SsError::NoResult | SsError::Prompt => {
+            // A locked collection or item that stayed locked, a dismissed
+            // prompt, no collection to write to.
+            SsError::Locked | SsError::Dismissed | SsError::NoDefaultCollection => {
                 KeychainError::new(KeychainErrorKind::NoAccess, err.to_string())
             }
             other => KeychainError::new(
@@ -339,36 +332,30 @@ mod backend {
     /// unlocked (one unlock request for all that are locked, which may
     /// prompt). No `target` attribute in the search: the reference's items
     /// have none, ours have `target = default`.
-    fn matching(service: &SecretService, account: Account) -> Result<Vec<Item<'_>>, SsError> {
-        let found = service.search_items(HashMap::from([
-            ("service", SERVICE),
-            ("username", account.as_str()),
-        ]))?;
-        if !found.locked.is_empty() {
-            service.unlock_all(&found.locked.iter().collect::<Vec<_>>())?;
+    fn matching(service: &SecretService, account: Account) -> Result<Vec<Object>, SsError> {
+        let (mut items, locked) =
+            service.search(&[("service", SERVICE), ("username", account.as_str())])?;
+        if !locked.is_empty() {
+            service.unlock(&locked)?;
         }
-        let mut items = found.unlocked;
-        items.extend(found.locked);
+        items.extend(locked);
         Ok(items)
     }
 
     /// What an item holds; `None` when it is not text. The decrypted bytes
     /// are wiped whichever way it goes.
-    fn secret_of(item: &Item<'_>) -> Result<Option<SecretString>, SsError> {
-        Ok(match String::from_utf8(item.get_secret()?) {
-            Ok(text) => Some(SecretString::new(text)),
-            Err(not_text) => {
-                not_text.into_bytes().zeroize();
-                None
-            }
-        })
+    fn secret_of(service: &SecretService, item: &Object) -> Result<Option<SecretString>, SsError> {
+        let bytes: Zeroizing<Vec<u8>> = service.secret(item)?;
+        Ok(std::str::from_utf8(&bytes)
+            .ok()
+            .map(|text| SecretString::new(text.to_owned())))
     }
 
     pub(super) fn get(account: Account) -> Result<Option<SecretString>, KeychainError> {
         let values = with_service(|service| {
             matching(service, account)?
                 .iter()
-                .map(secret_of)
+                .map(|item| secret_of(service, item))
                 .collect::<Result<Vec<_>, SsError>>()
         })?;
         let Some(values) = values.into_iter().collect::<Option<Vec<_>>>() else {
@@ -395,12 +382,12 @@ mod backend {
             if let [only] = items.as_slice() {
                 // Update the existing item in place (also one the reference
                 // made), so no duplicate appears.
-                return only.set_secret(value.expose().as_bytes(), CONTENT_TYPE);
+                return service.set_secret(only, value.expose().as_bytes(), CONTENT_TYPE);
             }
             // A write replaces the value; leaving several items behind
             // would make every later read ambiguous.
             for item in &items {
-                item.delete()?;
+                service.delete(item)?;
             }
             create(service, account, value)
         })
@@ -414,30 +401,26 @@ mod backend {
         account: Account,
         value: &SecretString,
     ) -> Result<(), SsError> {
-        let collection = service.get_default_collection()?;
-        if collection.is_locked()? {
-            collection.unlock()?;
-        }
-        collection.create_item(
+        let collection = service.default_collection()?;
+        service.create_item(
+            &collection,
             &account.label(),
-            HashMap::from([
+            &[
                 ("service", SERVICE),
                 ("username", account.as_str()),
                 ("target", "default"),
                 ("application", APPLICATION),
-            ]),
+            ],
             value.expose().as_bytes(),
-            true,
             CONTENT_TYPE,
-        )?;
-        Ok(())
+        )
     }
 
     pub(super) fn delete(account: Account) -> Result<(), KeychainError> {
         // Every match: a duplicate left behind would resurrect the value.
         with_service(|service| {
             for item in matching(service, account)? {
-                item.delete()?;
+                service.delete(&item)?;
             }
             Ok(())
         })

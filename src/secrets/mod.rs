@@ -29,6 +29,8 @@ mod keychain;
 mod legacy;
 pub(crate) mod passphrase;
 mod secret;
+#[cfg(any(target_os = "linux", target_os = "freebsd", target_os = "openbsd"))]
+mod secret_service;
 
 use std::path::{Path, PathBuf};
 
