@@ -446,12 +446,14 @@ fn secrets_cross_the_bus_only_encrypted() {
     let session = Session::start();
     store_like_the_reference("refresh_token", READ);
     let capture = tempfile::NamedTempFile::new().unwrap();
-    let mut monitor = Command::new("dbus-monitor")
-        .args(["--session", "--binary"])
-        .stdout(capture.reopen().unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("dbus-monitor must be installed");
+    let _monitor = Reaped(
+        Command::new("dbus-monitor")
+            .args(["--session", "--binary"])
+            .stdout(capture.reopen().unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-monitor must be installed"),
+    );
     let seen = |what: &[u8]| {
         let bytes = std::fs::read(capture.path()).unwrap();
         bytes.windows(what.len()).any(|window| window == what)
@@ -487,12 +489,30 @@ fn secrets_cross_the_bus_only_encrypted() {
         session.keychain.get(Account::RefreshToken).unwrap(),
         Some(secret(READ))
     );
+    // The bus hands the monitor its messages in order: once it shows a
+    // call made after ours, it has shown ours, replies included.
+    let marker = format!("end-of-capture-{}", std::process::id());
+    let (ok, out) = run(
+        "dbus-send",
+        &[
+            "--session",
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.NameHasOwner",
+            &format!("string:{marker}"),
+        ],
+    );
+    assert!(ok, "dbus-send failed: {out}");
+    assert!(
+        eventually(marker.as_bytes()),
+        "the monitor never showed the marker"
+    );
     let label = Account::AccessToken.label();
-    let captured =
-        eventually(b"CreateItem") && eventually(b"GetSecret") && eventually(label.as_bytes());
-    let _ = monitor.kill();
-    let _ = monitor.wait();
-    assert!(captured, "the capture lacks our calls or their clear parts");
+    assert!(
+        seen(b"CreateItem") && seen(b"GetSecret") && seen(label.as_bytes()),
+        "the capture lacks our calls or their clear parts"
+    );
     assert!(
         !seen(WRITTEN.as_bytes()),
         "the written secret crossed the bus in clear"
@@ -501,6 +521,27 @@ fn secrets_cross_the_bus_only_encrypted() {
         !seen(READ.as_bytes()),
         "the read secret crossed the bus in clear"
     );
+}
+
+/// A child killed and reaped when the test ends, however it ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `program` and returns whether it succeeded, with its output.
+fn run(program: &str, args: &[&str]) -> (bool, String) {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
 }
 
 /// The process that owns `org.freedesktop.secrets` on the session bus.

@@ -12,7 +12,8 @@
 //!
 //! It must never open a session without encryption, pass a decrypted
 //! secret through a buffer it does not wipe, or wait on the bus without a
-//! deadline (a prompt, which waits for a person, excepted).
+//! deadline; a prompt, which waits for a person, waits only while the
+//! Secret Service that showed it is still on the bus.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,8 +54,10 @@ EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381\
 FFFFFFFFFFFFFFFF";
 const GROUP_BYTES: usize = 128;
 /// The private exponent's length: 256 bits, more than twice the group's
-/// 80-bit strength (NIST SP 800-56A's rule for safe-prime groups), and a
-/// quarter of the exponentiations' cost of a full-length one.
+/// 80-bit strength (the rule NIST SP 800-56A gives for the exponents of
+/// safe-prime groups, whose own list starts at larger groups than this
+/// one, which the algorithm fixes), and a quarter of the cost of a
+/// full-length exponent.
 const EXPONENT_BYTES: usize = 32;
 const KEY_BYTES: usize = 16;
 const IV_BYTES: usize = 16;
@@ -121,10 +124,14 @@ impl SecretService {
     /// Connects to the session bus and opens an encrypted session.
     pub fn connect() -> Result<SecretService, SsError> {
         let connection = Connection::new_session()?;
-        let exponent = Zeroizing::new(random::<EXPONENT_BYTES>()?);
+        let mut exponent = Zeroizing::new([0u8; EXPONENT_BYTES]);
+        fill_random(exponent.as_mut_slice())?;
         let prime = BigUint::parse_bytes(PRIME_HEX, 16).ok_or(SsError::Crypto("group prime"))?;
-        // The exponent's limbs cannot be wiped (num-bigint keeps no such
-        // hook); it lives only until the key is derived below.
+        // The big numbers here (the exponent, the shared secret) cannot be
+        // wiped, as num-bigint offers no way to, and its exponentiation
+        // does not run in constant time. Both matter little for one
+        // exchange per process with a local peer: they live only until the
+        // session key is derived, and only that key is kept (wiped).
         let private = BigUint::from_bytes_be(exponent.as_slice());
         let public = BigUint::from(2u8).modpow(&private, &prime);
         let (output, session): (Variant<Vec<u8>>, Object) = service(&connection).method_call(
@@ -251,18 +258,35 @@ impl SecretService {
         Ok(())
     }
 
+    /// The unique bus name of the process that is the Secret Service now;
+    /// `None` when there is none (or the bus cannot say).
+    fn service_owner(&self) -> Option<String> {
+        self.connection
+            .with_proxy(
+                "org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                CALL_TIMEOUT,
+            )
+            .method_call("org.freedesktop.DBus", "GetNameOwner", (BUS_NAME,))
+            .ok()
+            .map(|(owner,): (String,)| owner)
+    }
+
     fn proxy<'a>(&'a self, object: &'a Object) -> Proxy<'a, &'a Connection> {
         self.connection
             .with_proxy(BUS_NAME, object.clone(), CALL_TIMEOUT)
     }
 
     /// Shows a prompt and waits, without a deadline, for the person's
-    /// answer: a prompt is a question to someone at the desktop.
+    /// answer (a prompt is a question to someone at the desktop), as long
+    /// as the Secret Service that showed it stays on the bus.
     fn prompt(&self, prompt: Object) -> Result<(), SsError> {
         let answer: Arc<Mutex<Option<bool>>> = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&answer);
         // Listening first, so that the answer cannot come before it.
-        let rule = MatchRule::new_signal(PROMPT, "Completed").with_path(prompt.clone());
+        let rule = MatchRule::new_signal(PROMPT, "Completed")
+            .with_path(prompt.clone())
+            .with_sender(BUS_NAME);
         let token =
             self.connection
                 .add_match(rule, move |(): (), _, message: &dbus::Message| {
@@ -270,6 +294,7 @@ impl SecretService {
                     *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(dismissed);
                     false
                 })?;
+        let owner = self.service_owner();
         let asked: Result<(), SsError> = self
             .proxy(&prompt)
             .method_call(PROMPT, "Prompt", ("",))
@@ -279,7 +304,16 @@ impl SecretService {
                 if let Some(dismissed) = *answer.lock().unwrap_or_else(PoisonError::into_inner) {
                     break Ok(dismissed);
                 }
-                self.connection.process(Duration::from_secs(1))?;
+                // A Secret Service that died (or was replaced) with its
+                // prompt open would never answer, and this waits with the
+                // keychain's lock held.
+                if !self.connection.process(Duration::from_secs(1))?
+                    && self.service_owner() != owner
+                {
+                    break Err(SsError::Bus(
+                        "the Secret Service left the bus while its prompt was open".to_owned(),
+                    ));
+                }
             }
         });
         // The callback's `false` already removed a match that fired.
@@ -313,7 +347,8 @@ impl SecretService {
 
 /// AES-128-CBC with PKCS#7 padding under `key` and a fresh IV.
 fn seal(key: &[u8; KEY_BYTES], value: &[u8]) -> Result<([u8; IV_BYTES], Vec<u8>), SsError> {
-    let iv = random::<IV_BYTES>()?;
+    let mut iv = [0u8; IV_BYTES];
+    fill_random(&mut iv)?;
     let mut buffer = Zeroizing::new(vec![0u8; (value.len() / 16 + 1) * 16]);
     buffer[..value.len()].copy_from_slice(value);
     let sealed = cbc::Encryptor::<Aes128>::new(key.into(), (&iv).into())
@@ -346,11 +381,9 @@ fn is_none(object: &Object) -> bool {
     &**object == "/"
 }
 
-/// `n` bytes from the OS generator.
-fn random<const N: usize>() -> Result<[u8; N], SsError> {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).map_err(|_| SsError::Crypto("no randomness from the OS"))?;
-    Ok(bytes)
+/// Fills `bytes` from the OS generator.
+fn fill_random(bytes: &mut [u8]) -> Result<(), SsError> {
+    getrandom::fill(bytes).map_err(|_| SsError::Crypto("no randomness from the OS"))
 }
 
 /// A group element as the algorithm writes it: big-endian, left-padded to
