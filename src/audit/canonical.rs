@@ -9,7 +9,7 @@
 
 use std::fmt::{self, Write as _};
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 
 /// A value that has no canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,14 +186,36 @@ pub(crate) fn push_optional_string(out: &mut String, s: Option<&str>) {
 /// The order of keys in the canonical form: UTF-16 code units (RFC 8785),
 /// which the verifier uses; for the ASCII keys writers produce it is plain
 /// byte order.
-pub(crate) fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
-fn sorted_members(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
-    let mut members: Vec<_> = map.iter().collect();
+/// Writes an object's members in canonical form, keys sorted. Of members
+/// with the same key (a JSON object has none; a record's details might)
+/// the last is kept, as an object built from them would keep it.
+pub(crate) fn push_canonical_object<'a>(
+    out: &mut String,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+) -> Result<(), CanonError> {
+    let mut members: Vec<_> = members.collect();
+    // Stable: members with the same key keep their order.
     members.sort_by(|a, b| key_order(a.0, b.0));
-    members
+    out.push('{');
+    let mut first = true;
+    for (n, (key, value)) in members.iter().enumerate() {
+        if members.get(n + 1).is_some_and(|next| next.0 == *key) {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        push_string(out, key);
+        out.push(':');
+        push_canonical(out, value)?;
+    }
+    out.push('}');
+    Ok(())
 }
 
 /// The canonical form of a value (AUDIT.md §5.1): sorted keys, no
@@ -204,7 +226,7 @@ pub fn canonical(value: &Value) -> Result<String, CanonError> {
     Ok(out)
 }
 
-pub(crate) fn push_canonical(out: &mut String, value: &Value) -> Result<(), CanonError> {
+fn push_canonical(out: &mut String, value: &Value) -> Result<(), CanonError> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => push_bool(out, *b),
@@ -220,18 +242,7 @@ pub(crate) fn push_canonical(out: &mut String, value: &Value) -> Result<(), Cano
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (k, v)) in sorted_members(map).into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                push_string(out, k);
-                out.push(':');
-                push_canonical(out, v)?;
-            }
-            out.push('}');
-        }
+        Value::Object(map) => push_canonical_object(out, map.iter())?,
     }
     Ok(())
 }
@@ -285,6 +296,7 @@ pub(crate) fn push_object<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Map;
 
     #[test]
     fn float_repr_matches_the_specification_table() {

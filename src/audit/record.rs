@@ -12,8 +12,8 @@ use sha2::Sha256;
 use zeroize::Zeroizing;
 
 use super::canonical::{
-    CanonError, key_order, push_bool, push_canonical, push_integer, push_object,
-    push_optional_integer, push_optional_string, push_string, repr_f64,
+    CanonError, push_bool, push_canonical_object, push_integer, push_object, push_optional_integer,
+    push_optional_string, push_string, repr_f64,
 };
 
 type HmacSha256 = Hmac<Sha256>;
@@ -101,25 +101,7 @@ impl Details {
     /// (which no operation writes, see [`Details::with`]) it keeps the last,
     /// as a JSON object built from them would.
     fn push_canonical(&self, out: &mut String) -> Result<(), CanonError> {
-        let mut fields: Vec<&(String, Value)> = self.0.iter().collect();
-        // Stable: fields with the same name keep their order.
-        fields.sort_by(|a, b| key_order(&a.0, &b.0));
-        out.push('{');
-        let mut first = true;
-        for (n, (key, value)) in fields.iter().map(|f| (&f.0, &f.1)).enumerate() {
-            if fields.get(n + 1).is_some_and(|next| next.0 == *key) {
-                continue;
-            }
-            if !first {
-                out.push(',');
-            }
-            first = false;
-            push_string(out, key);
-            out.push(':');
-            push_canonical(out, value)?;
-        }
-        out.push('}');
-        Ok(())
+        push_canonical_object(out, self.0.iter().map(|(k, v)| (k, v)))
     }
 
     /// The object on disk: every field, in order.
