@@ -492,18 +492,10 @@ fn secrets_cross_the_bus_only_encrypted() {
     // The bus hands the monitor its messages in order: once it shows a
     // call made after ours, it has shown ours, replies included.
     let marker = format!("end-of-capture-{}", std::process::id());
-    let (ok, out) = run(
-        "dbus-send",
-        &[
-            "--session",
-            "--print-reply",
-            "--dest=org.freedesktop.DBus",
-            "/org/freedesktop/DBus",
-            "org.freedesktop.DBus.NameHasOwner",
-            &format!("string:{marker}"),
-        ],
+    assert!(
+        ask_the_bus("NameHasOwner", &marker).is_some(),
+        "the marker call failed"
     );
-    assert!(ok, "dbus-send failed: {out}");
     assert!(
         eventually(marker.as_bytes()),
         "the monitor never showed the marker"
@@ -533,32 +525,27 @@ impl Drop for Reaped {
     }
 }
 
-/// Runs `program` and returns whether it succeeded, with its output.
-fn run(program: &str, args: &[&str]) -> (bool, String) {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
-}
-
-/// The process that owns `org.freedesktop.secrets` on the session bus.
-fn secret_service_owner() -> Option<String> {
+/// Calls `method` of the bus itself with one string argument, with
+/// `dbus-send`; the printed reply, or `None` when the call failed.
+fn ask_the_bus(method: &str, argument: &str) -> Option<String> {
     let output = Command::new("dbus-send")
         .args([
             "--session",
             "--print-reply",
             "--dest=org.freedesktop.DBus",
             "/org/freedesktop/DBus",
-            "org.freedesktop.DBus.GetConnectionUnixProcessID",
-            "string:org.freedesktop.secrets",
+            &format!("org.freedesktop.DBus.{method}"),
+            &format!("string:{argument}"),
         ])
         .output()
         .expect("dbus-send must be installed");
     let reply = String::from_utf8(output.stdout).unwrap();
-    output.status.success().then(|| {
+    output.status.success().then_some(reply)
+}
+
+/// The process that owns `org.freedesktop.secrets` on the session bus.
+fn secret_service_owner() -> Option<String> {
+    ask_the_bus("GetConnectionUnixProcessID", "org.freedesktop.secrets").map(|reply| {
         reply
             .split_whitespace()
             .last()
