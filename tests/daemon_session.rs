@@ -20,20 +20,26 @@ use autogpt_shim::daemon::{
 use autogpt_shim::exec::Spawner;
 use autogpt_shim::jail::{Jail, JailOptions};
 use autogpt_shim::protocol::Encoded;
-use autogpt_shim::transport::{Bytes, CloseInfo};
+use autogpt_shim::transport::{CloseInfo, Payload};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use serde_json::{Value, json};
 
 struct MemIn(Receiver<Result<Vec<u8>, Ended>>);
 
 impl Inbound for MemIn {
-    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Bytes, Ended> {
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Payload, Ended> {
         loop {
             if should_stop() {
                 return Err(Ended::Closed(None));
             }
             match self.0.recv_timeout(Duration::from_millis(50)) {
-                Ok(item) => return item.map(Bytes::from),
+                // UTF-8 arrives as a text frame, anything else as binary.
+                Ok(item) => {
+                    return item.map(|bytes| match String::from_utf8(bytes) {
+                        Ok(text) => Payload::from(text),
+                        Err(e) => Payload::from(e.into_bytes()),
+                    });
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     return Err(Ended::Closed(None));

@@ -58,6 +58,31 @@ fn frame_one_byte_over_16_mib_is_dropped() {
 }
 
 #[test]
+fn a_text_frame_skips_only_the_utf8_check() {
+    // A text frame's UTF-8 was checked by the WebSocket codec; every other
+    // rule still applies to it, the size limit first.
+    let mut text = stat(r#"{"path":"x"}"#);
+    assert_eq!(
+        protocol::decode_text(&text).unwrap(),
+        protocol::decode(text.as_bytes()).unwrap()
+    );
+    let duplicate = stat(r#"{"path":"a","path":"b"}"#);
+    assert_eq!(
+        protocol::decode_text(&duplicate).unwrap_err(),
+        protocol::decode(duplicate.as_bytes()).unwrap_err()
+    );
+    text.push_str(&" ".repeat(MAX_WEBSOCKET_MESSAGE_BYTES + 1 - text.len()));
+    let e = protocol::decode_text(&text).unwrap_err();
+    assert_eq!(
+        e.invalid,
+        Invalid::TooLarge {
+            len: MAX_WEBSOCKET_MESSAGE_BYTES + 1
+        }
+    );
+    assert_dropped(&e);
+}
+
+#[test]
 fn payload_nested_200_deep_is_dropped() {
     let nested = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     let e = reject(&format!(

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::session::{Ended, Inbound, Outbound};
 use crate::protocol::Encoded;
 use crate::transport::{
-    Bytes, Incoming, Keepalive, KeepaliveAction, Reader, TransportError, Writer,
+    Incoming, Keepalive, KeepaliveAction, Payload, Reader, TransportError, Writer,
 };
 
 /// The receiving side of a served connection.
@@ -35,7 +35,7 @@ impl LinkIn {
 }
 
 impl Inbound for LinkIn {
-    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Bytes, Ended> {
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Payload, Ended> {
         loop {
             if should_stop() {
                 return Err(Ended::Closed(None));
@@ -61,7 +61,7 @@ impl Inbound for LinkIn {
                 }
             }
             match self.reader.read() {
-                Ok(Incoming::Message(bytes)) => return Ok(bytes),
+                Ok(Incoming::Message(payload)) => return Ok(payload),
                 Ok(Incoming::Pong(payload)) => {
                     self.keepalive.on_pong(&payload);
                 }

@@ -535,8 +535,8 @@ fn wait_for_ack(
             return Ok(Some(AckInput::TimedOut));
         }
         match reader.read()? {
-            Incoming::Message(bytes) => {
-                return Ok(Some(AckInput::received(protocol::decode(&bytes))));
+            Incoming::Message(payload) => {
+                return Ok(Some(AckInput::received(session::decode(&payload))));
             }
             Incoming::Closed(info) => {
                 let (code, reason) = close_parts(info);

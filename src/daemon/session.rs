@@ -44,7 +44,7 @@ use crate::jail::Jail;
 use crate::protocol::{
     self, Capability, DecodeError, Encoded, ErrorCode, ErrorPayload, Frame, Message, MessageType,
 };
-use crate::transport::{Bytes, CloseInfo};
+use crate::transport::{CloseInfo, Payload};
 
 /// Frames queued for the writer at most, per lane.
 const OUT_QUEUE: usize = 256;
@@ -80,10 +80,10 @@ pub enum Ended {
 
 /// The receiving half of an established connection.
 pub trait Inbound {
-    /// Blocks until the next message (text or binary, as bytes), the end,
-    /// or `should_stop` turning true (then `Ended::Closed(None)`); it is
+    /// Blocks until the next message (text or binary), the end, or
+    /// `should_stop` turning true (then `Ended::Closed(None)`); it is
     /// polled at least every few hundred milliseconds.
-    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Bytes, Ended>;
+    fn recv(&mut self, should_stop: &dyn Fn() -> bool) -> Result<Payload, Ended>;
     /// Ends the whole connection at once, both ways, so that a writer
     /// waiting for the platform to read gives up too.
     fn abort(&mut self);
@@ -553,18 +553,18 @@ fn read_loop(
                 || !shared.setup.audit.is_healthy()
                 || shared.send_failed.get().is_some()
         };
-        let bytes = match inbound.recv(&should_stop) {
+        let payload = match inbound.recv(&should_stop) {
             Ok(_) if shared.send_failed.get().is_some() => continue,
-            Ok(bytes) => bytes,
+            Ok(payload) => payload,
             Err(_) if stop.load(Ordering::SeqCst) => return End::Stopped,
             Err(_) if !healthy(shared) => return End::AuditFailed,
             Err(_) if shared.send_failed.get().is_some() => continue,
             Err(end) => return ended(end),
         };
         let received = Instant::now();
-        let decoded = protocol::decode(&bytes);
+        let decoded = decode(&payload);
         // A 16 MiB request is held once from here: as its parsed value.
-        drop(bytes);
+        drop(payload);
         let frame = match decoded {
             Ok(frame) => frame,
             Err(e) => {
@@ -603,6 +603,15 @@ fn read_loop(
             _ => {}
         }
         admit(shared, pool, frame, received);
+    }
+}
+
+/// Decodes a received message; its UTF-8 is checked here only when the
+/// WebSocket codec has not checked it already (a binary frame).
+pub(super) fn decode(payload: &Payload) -> Result<Frame, DecodeError> {
+    match payload.checked_text() {
+        Some(text) => protocol::decode_text(text),
+        None => protocol::decode(payload),
     }
 }
 

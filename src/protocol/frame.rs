@@ -74,10 +74,15 @@ impl Serialize for Frame {
 /// On failure the error says why and whether to answer (§2.4).
 pub fn decode(bytes: impl AsRef<[u8]>) -> Result<Frame, DecodeError> {
     let bytes = bytes.as_ref();
-    if bytes.len() > MAX_WEBSOCKET_MESSAGE_BYTES {
-        return Err(DecodeError::dropped(Invalid::TooLarge { len: bytes.len() }));
-    }
+    check_size(bytes.len())?;
     let text = std::str::from_utf8(bytes).map_err(|_| DecodeError::dropped(Invalid::NotUtf8))?;
+    decode_text(text)
+}
+
+/// [`decode`] for a message already known to be UTF-8 (a text frame, which
+/// the WebSocket codec checked).
+pub fn decode_text(text: &str) -> Result<Frame, DecodeError> {
+    check_size(text.len())?;
     let value = parse_strict(text).map_err(|e| {
         DecodeError::dropped(match e {
             StrictJsonError::TooDeep => Invalid::TooDeep,
@@ -116,6 +121,13 @@ pub fn decode(bytes: impl AsRef<[u8]>) -> Result<Frame, DecodeError> {
             message,
         })
         .map_err(|invalid| DecodeError::identified(invalid, kind, &id))
+}
+
+fn check_size(len: usize) -> Result<(), DecodeError> {
+    if len > MAX_WEBSOCKET_MESSAGE_BYTES {
+        return Err(DecodeError::dropped(Invalid::TooLarge { len }));
+    }
+    Ok(())
 }
 
 type Decoded = (f64, String, Option<i64>, Message);

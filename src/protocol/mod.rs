@@ -34,7 +34,7 @@ pub use error::{DecodeError, EncodeError, ErrorReply, Invalid};
 /// Which payload field is wrong, and how.
 pub use fields::{FieldError, FieldProblem};
 /// The envelope: bytes to a typed frame and back.
-pub use frame::{Encoded, Frame, OVERSIZE_MESSAGE, decode, encode, encode_response};
+pub use frame::{Encoded, Frame, OVERSIZE_MESSAGE, decode, decode_text, encode, encode_response};
 /// The `HELLO` fields the configuration bounds.
 pub use hello_rules::HelloField;
 /// Message and session ids.

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tungstenite::protocol::CloseFrame;
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
-use tungstenite::{Bytes, Message, WebSocket};
+use tungstenite::{Bytes, Message, Utf8Bytes, WebSocket};
 
 use super::MAX_MESSAGE_BYTES;
 use super::error::{Stage, TransportError};
@@ -61,14 +61,71 @@ pub const FRAGMENT_BYTES: usize = 1 << 20;
 /// buffer never holds more than a few of these beyond its write size.
 pub const QUEUED_TEXT_BYTES: usize = 16 * 1024;
 
+/// A complete message's bytes. A text frame's were checked as UTF-8 by the
+/// frame codec, which the protocol layer need not do again (a second pass
+/// over a 16 MiB frame); a binary frame's are unchecked. Either compares
+/// by its bytes alone.
+#[derive(Debug, Clone, Eq)]
+pub enum Payload {
+    /// A text frame's, valid UTF-8.
+    Text(Utf8Bytes),
+    /// A binary frame's.
+    Binary(Bytes),
+}
+
+impl Payload {
+    /// The text, when the codec checked it as UTF-8 already.
+    pub fn checked_text(&self) -> Option<&str> {
+        match self {
+            Payload::Text(text) => Some(text.as_str()),
+            Payload::Binary(_) => None,
+        }
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Payload::Text(text) => text.as_bytes(),
+            Payload::Binary(bytes) => bytes,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Payload {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        **self == **other
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(bytes: Vec<u8>) -> Payload {
+        Payload::Binary(Bytes::from(bytes))
+    }
+}
+
+impl From<String> for Payload {
+    fn from(text: String) -> Payload {
+        Payload::Text(Utf8Bytes::from(text))
+    }
+}
+
 /// What one reader turn produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
-    /// A complete message. Text and binary frames are handed up alike, as
-    /// bytes (PROTOCOL.md §1.2); UTF-8 checking of binary frames is the
-    /// protocol layer's. The bytes are the frame codec's own, not a copy: a
-    /// 16 MiB message is not held twice.
-    Message(Bytes),
+    /// A complete message. Text and binary frames are handed up alike
+    /// (PROTOCOL.md §1.2); UTF-8 checking of binary frames is the protocol
+    /// layer's. The bytes are the frame codec's own, not a copy: a 16 MiB
+    /// message is not held twice.
+    Message(Payload),
     /// A pong with its payload, for
     /// [`Keepalive::on_pong`](super::Keepalive::on_pong).
     Pong(Vec<u8>),
@@ -374,8 +431,8 @@ impl Reader {
             self.shared.flush_best_effort(socket)?;
         }
         match socket.read() {
-            Ok(Message::Text(text)) => Ok(Incoming::Message(Bytes::from(text))),
-            Ok(Message::Binary(bytes)) => Ok(Incoming::Message(bytes)),
+            Ok(Message::Text(text)) => Ok(Incoming::Message(Payload::Text(text))),
+            Ok(Message::Binary(bytes)) => Ok(Incoming::Message(Payload::Binary(bytes))),
             Ok(Message::Pong(payload)) => Ok(Incoming::Pong(Vec::from(payload))),
             Ok(Message::Ping(_)) => {
                 // The pong is queued; send it now rather than on the next

@@ -34,7 +34,7 @@ mod url;
 
 /// The open connection, shared by one reader and writer threads.
 pub use connection::{
-    CloseInfo, Connection, FRAGMENT_BYTES, Incoming, QUEUED_TEXT_BYTES, READ_TURN, Reader,
+    CloseInfo, Connection, FRAGMENT_BYTES, Incoming, Payload, QUEUED_TEXT_BYTES, READ_TURN, Reader,
     WRITE_STALL_TIMEOUT, Writer,
 };
 /// Opening a connection, step by step.
