@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use autogpt_shim::transport::{
     CloseInfo, Connector, FRAGMENT_BYTES, Incoming, Keepalive, KeepaliveAction, MAX_MESSAGE_BYTES,
-    ProxyConfig, QUEUED_TEXT_BYTES, Reader, TransportError, Writer,
+    Payload, ProxyConfig, QUEUED_TEXT_BYTES, Reader, TransportError, Writer,
 };
 use transport_support::{Answer, PATIENCE, Pki, Server, ServerSocket, drain, report};
 use tungstenite::Message;
@@ -375,7 +375,8 @@ fn a_frame_split_across_reader_turns_arrives_whole() {
             open(behaviour)
         };
         let (message, idle_turns) = next(&mut reader);
-        assert_eq!(message.unwrap(), Incoming::Message(payload.to_vec().into()));
+        let text = String::from_utf8(payload.to_vec()).unwrap();
+        assert_eq!(message.unwrap(), Incoming::Message(Payload::from(text)));
         assert!(idle_turns >= 2, "plain={plain}: {idle_turns} idle turns");
         finish(reader, writer, server);
     }
@@ -429,6 +430,32 @@ fn a_pong_is_not_delayed_by_a_reader_waiting_for_data() {
     reading.join().unwrap();
     server.join();
     assert_eq!(arrived.iter().count(), 20);
+}
+
+#[test]
+fn a_text_frame_arrives_as_checked_text_and_a_binary_frame_as_bytes() {
+    // The protocol layer skips its UTF-8 check only for what arrives as
+    // text, so a binary frame must never be handed up as text.
+    let (mut reader, writer, server) = open(|socket: &mut ServerSocket| {
+        let mut frames = vec![0x81, 2, b'{', b'}'];
+        frames.extend_from_slice(&[0x82, 3, 0xff, b'{', 0x80]);
+        let stream = socket.get_mut();
+        std::io::Write::write_all(stream, &frames).unwrap();
+        std::io::Write::flush(stream).unwrap();
+        drain(socket);
+    });
+    match next(&mut reader).0 {
+        Ok(Incoming::Message(Payload::Text(text))) => assert_eq!(text.as_str(), "{}"),
+        other => panic!("expected a text payload, got {other:?}"),
+    }
+    match next(&mut reader).0 {
+        Ok(Incoming::Message(payload @ Payload::Binary(_))) => {
+            assert_eq!(payload.checked_text(), None);
+            assert_eq!(&*payload, &[0xff, b'{', 0x80]);
+        }
+        other => panic!("expected a binary payload, got {other:?}"),
+    }
+    finish(reader, writer, server);
 }
 
 /// The size of one slice of a message sent by [`trickle_in`].

@@ -316,7 +316,7 @@ pub enum AckInput {
 }
 
 impl AckInput {
-    /// The first frame as [`crate::protocol::decode`] returned it.
+    /// The first frame as [`super::session::decode`] returned it.
     pub fn received(decoded: Result<Frame, DecodeError>) -> AckInput {
         match decoded {
             Ok(frame) => AckInput::Frame(Box::new(frame)),

@@ -19,11 +19,13 @@
 //! control replies are queued behind whatever is being written and sent
 //! with it; the reader only pushes them on when no writer will.
 //!
-//! This module never interprets message contents (bytes go up to the
-//! protocol layer unchanged, text and binary alike), never sends a message
-//! larger than 16 MiB, and never writes anything of its own except the
-//! WebSocket control replies (pong to a ping, the close reply, and close
-//! 1009 / 1002 when the peer breaks the limits or the protocol).
+//! This module never interprets message contents (they go up to the
+//! protocol layer unchanged: a text frame's as the UTF-8 the codec checked,
+//! a binary frame's as bytes), never sends a message larger than 16 MiB,
+//! and never writes anything of its own except the WebSocket control
+//! replies (pong to a ping, the close reply, and close 1009 / 1007 / 1002
+//! when the peer breaks the limits, sends text that is not UTF-8, or
+//! breaks the protocol).
 
 use std::fmt;
 use std::io;
@@ -63,9 +65,8 @@ pub const QUEUED_TEXT_BYTES: usize = 16 * 1024;
 
 /// A complete message's bytes. A text frame's were checked as UTF-8 by the
 /// frame codec, which the protocol layer need not do again (a second pass
-/// over a 16 MiB frame); a binary frame's are unchecked. Either compares
-/// by its bytes alone.
-#[derive(Debug, Clone, Eq)]
+/// over a 16 MiB frame); a binary frame's are unchecked.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     /// A text frame's, valid UTF-8.
     Text(Utf8Bytes),
@@ -100,12 +101,6 @@ impl AsRef<[u8]> for Payload {
     }
 }
 
-impl PartialEq for Payload {
-    fn eq(&self, other: &Payload) -> bool {
-        **self == **other
-    }
-}
-
 impl From<Vec<u8>> for Payload {
     fn from(bytes: Vec<u8>) -> Payload {
         Payload::Binary(Bytes::from(bytes))
@@ -121,10 +116,10 @@ impl From<String> for Payload {
 /// What one reader turn produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
-    /// A complete message. Text and binary frames are handed up alike
-    /// (PROTOCOL.md §1.2); UTF-8 checking of binary frames is the protocol
-    /// layer's. The bytes are the frame codec's own, not a copy: a 16 MiB
-    /// message is not held twice.
+    /// A complete message, text or binary (PROTOCOL.md §1.2 serves both
+    /// alike): a text frame's UTF-8 was checked by the codec, a binary
+    /// frame's is the protocol layer's to check. The bytes are the frame
+    /// codec's own, not a copy: a 16 MiB message is not held twice.
     Message(Payload),
     /// A pong with its payload, for
     /// [`Keepalive::on_pong`](super::Keepalive::on_pong).
